@@ -1,0 +1,1 @@
+"""The three cleanup actions. Each is idempotent: "already gone" is success, not an error."""

@@ -1,0 +1,75 @@
+"""Translation of botocore failures into the worker's meanings, used at each call site."""
+
+from __future__ import annotations
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    ReadTimeoutError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from cleanup.exceptions import CleanupError, PermanentError, TransientError
+
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "LimitExceededException",
+        "RequestLimitExceeded",
+        "SlowDown",
+        "ProvisionedThroughputExceededException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "BandwidthLimitExceeded",
+        "TransactionInProgressException",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+    }
+)
+TRANSIENT_CODES = THROTTLING_CODES | frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "InternalServerError",
+        "InternalServerException",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "KMSInternalException",
+        "DependencyTimeoutException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def status_code(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def is_transient_code(code: str, status: int = 0) -> bool:
+    return code in TRANSIENT_CODES or status == 429 or status >= 500
+
+
+def translate(exc: Exception, what: str) -> CleanupError:
+    """The worker's error for a failed AWS call: transient (throttling, 5xx, network) or permanent (the rest)."""
+    if isinstance(exc, ClientError):
+        code, status = error_code(exc), status_code(exc)
+        message = f"{what}: {code or status} {exc.response.get('Error', {}).get('Message', '')}".rstrip()
+        if is_transient_code(code, status):
+            return TransientError(message)
+        return PermanentError(message)
+    if isinstance(exc, ReadTimeoutError | BotoConnectionError | HTTPClientError):
+        return TransientError(f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, BotoCoreError):
+        return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
+    return PermanentError(f"{what}: {type(exc).__name__}: {exc}")

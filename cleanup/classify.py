@@ -1,0 +1,86 @@
+"""Classification: is this record a session to clean, and why was it deleted?"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from cleanup.exceptions import BadRecordError
+from schemas.attributes import AttributeDecodeError, decode_image
+from schemas.outcomes import Reason
+from schemas.records import StreamRecord
+from schemas.session import Session, SessionItemError
+from schemas.settings import Settings
+
+NO_OLD_IMAGE = (
+    "REMOVE record has no OldImage (stream view type {view}): there is nothing to clean up from. "
+    "Set the table's StreamViewType to NEW_AND_OLD_IMAGES (or OLD_IMAGE); records already in the stream stay unusable."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with one record. ``session`` is set when it must be cleaned."""
+
+    key: str
+    session: Session | None = None
+    reason: Reason | None = None
+    skip_reason: str | None = None
+    ttl_lag_seconds: float | None = None
+
+
+def item_key(record: StreamRecord) -> str:
+    """A stable text form of the item's table and key, used for ordering and in logs."""
+    keys = ",".join(f"{name}={_key_text(value)}" for name, value in sorted(record.keys.items()))
+    return f"{record.table or '-'}:{keys}"
+
+
+def _key_text(value: Any) -> str:
+    if isinstance(value, dict) and len(value) == 1:
+        ((_, text),) = value.items()
+        return str(text)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def classify(record: StreamRecord, settings: Settings) -> Decision:
+    """Decide whether ``record`` is a deleted session to clean, and its reason.
+
+    Raises:
+        BadRecordError: a REMOVE without OldImage, or an image that cannot be decoded.
+    """
+    key = item_key(record)
+    if record.event_name != "REMOVE":
+        return Decision(key, skip_reason=f"event {record.event_name or 'unknown'} is not a REMOVE")
+    if record.old_image is None:
+        raise BadRecordError(NO_OLD_IMAGE.format(view=record.stream_view_type or "unknown"))
+    names = settings.attributes
+    prefix = settings.session_key_prefix
+    if prefix and not _partition_key(record, names.pk).startswith(prefix):
+        return Decision(key, skip_reason=f"not a session: partition key outside {prefix!r}")
+    if not any(name in record.old_image for name in names.resources):
+        return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
+    try:
+        session = Session.from_image(decode_image(record.old_image, "OldImage"), names)
+    except (AttributeDecodeError, SessionItemError) as exc:
+        raise BadRecordError(str(exc)) from exc
+    reason, lag = _reason(record, session)
+    return Decision(key, session=session, reason=reason, ttl_lag_seconds=lag)
+
+
+def _partition_key(record: StreamRecord, name: str) -> str:
+    value = record.keys.get(name) or (record.old_image or {}).get(name)
+    if isinstance(value, dict) and isinstance(value.get("S"), str):
+        return str(value["S"])
+    return ""
+
+
+def _reason(record: StreamRecord, session: Session) -> tuple[Reason, float | None]:
+    lag = None
+    if session.ttl is not None and record.created_at is not None:
+        lag = record.created_at - session.ttl
+    if record.user_identity is not None and record.user_identity.is_ttl_service:
+        return Reason.TTL, lag
+    if lag is not None and lag >= 0:
+        return Reason.EXPIRED, None
+    return Reason.EXPLICIT, None

@@ -1,0 +1,41 @@
+"""The worker's errors. Every botocore error is translated into one of these at the call that raised it.
+
+::
+
+    CleanupError                      anything an action or the pipeline raises on purpose
+    ├── TransientError                retry with backoff; report the record failed if retries run out
+    │     (throttling, 5xx, timeouts, connection resets, S3 per-key InternalError/SlowDown)
+    └── PermanentError                retrying cannot help: dead-letter it, or report it failed
+          ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
+          ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
+          └── BadRecordError          the record or its image cannot be decoded (names the attribute)
+
+"Already done" is not an error: a 410 GoneException, a grant that is not found, or an empty prefix are successes,
+returned as ``ActionStatus.ALREADY_DONE`` by the action itself.
+"""
+
+from __future__ import annotations
+
+
+class CleanupError(Exception):
+    """Base of the worker's own errors."""
+
+
+class TransientError(CleanupError):
+    """May succeed if tried again later."""
+
+
+class PermanentError(CleanupError):
+    """Will fail again however often it is tried; needs a person or a fix."""
+
+
+class UnsafePrefixError(PermanentError):
+    """The scratch prefix is outside what the worker may delete."""
+
+
+class MissingConfigError(PermanentError):
+    """A resource the worker cannot address with the configuration it has."""
+
+
+class BadRecordError(PermanentError):
+    """A record that cannot be decoded or is not what the stream should carry."""

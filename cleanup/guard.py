@@ -1,0 +1,72 @@
+"""The safety guard: decides, before any S3 call, whether a scratch prefix may be deleted at all.
+
+The worker deletes every object under a prefix taken from a database item. A wrong or hostile value there could
+otherwise empty the bucket, another tenant's area or another bucket, so the prefix must:
+
+* be non-empty and end with ``/`` (``sessions/abc`` would also match ``sessions/abcdef/``);
+* have no empty, ``.`` or ``..`` segment, also after percent-decoding, and no backslash or control character;
+* lie strictly under ``SCRATCH_ROOT`` (the root itself is refused), and under ``<root><tenantId>/`` when
+  ``SCRATCH_TENANT_SCOPED`` is on;
+* be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from cleanup.exceptions import MissingConfigError, UnsafePrefixError
+from schemas.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ScratchLocation:
+    bucket: str
+    prefix: str
+
+
+def resolve_prefix(scratch_prefix: str, settings: Settings, tenant_id: str | None = None) -> ScratchLocation:
+    """Turn an item's ``scratchPrefix`` into a bucket and prefix that are safe to delete.
+
+    Raises:
+        UnsafePrefixError: the prefix is refused; the message says which rule it broke.
+        MissingConfigError: no ``SCRATCH_BUCKET`` is configured.
+    """
+    if not settings.scratch_bucket:
+        raise MissingConfigError("SCRATCH_BUCKET is not set: the worker deletes scratch data in that bucket only")
+    bucket, prefix = _split(scratch_prefix, settings.scratch_bucket)
+    if bucket != settings.scratch_bucket:
+        raise UnsafePrefixError(
+            f"scratch prefix names bucket {bucket!r}, not SCRATCH_BUCKET {settings.scratch_bucket!r}"
+        )
+    _check_shape(prefix)
+    root = settings.scratch_root
+    if settings.scratch_tenant_scoped:
+        if not tenant_id or "/" in tenant_id or tenant_id in (".", ".."):
+            raise UnsafePrefixError("SCRATCH_TENANT_SCOPED is on and the session has no usable tenantId")
+        root = f"{root}{tenant_id}/"
+    if not prefix.startswith(root) or prefix == root:
+        raise UnsafePrefixError(f"scratch prefix {prefix!r} is not strictly under {root!r}")
+    return ScratchLocation(bucket, prefix)
+
+
+def _split(scratch_prefix: str, default_bucket: str) -> tuple[str, str]:
+    if scratch_prefix.startswith("s3://"):
+        bucket, _, prefix = scratch_prefix[len("s3://") :].partition("/")
+        return bucket, prefix
+    if "://" in scratch_prefix:
+        raise UnsafePrefixError(f"scratch prefix {scratch_prefix!r} is neither a key prefix nor an s3:// URI")
+    return default_bucket, scratch_prefix
+
+
+def _check_shape(prefix: str) -> None:
+    if not prefix:
+        raise UnsafePrefixError("scratch prefix is empty")
+    if not prefix.endswith("/"):
+        raise UnsafePrefixError(f"scratch prefix {prefix!r} does not end with '/'")
+    if any(ch == "\\" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in prefix):
+        raise UnsafePrefixError(f"scratch prefix {prefix!r} contains a backslash or a control character")
+    for segment in prefix[:-1].split("/"):
+        decoded = unquote(segment)
+        if segment in ("", ".", "..") or decoded in ("", ".", "..") or "/" in decoded or "\\" in decoded:
+            raise UnsafePrefixError(f"scratch prefix {prefix!r} has an empty, '.' or '..' segment")

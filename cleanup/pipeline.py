@@ -1,0 +1,156 @@
+"""The one core every entry point uses: ``outcomes = process_batch(records, runtime)``.
+
+decode (the adapter) -> classify -> plan -> race check -> act -> outcome, per record, records concurrently on a
+bounded I/O pool. Records of the same item key keep their stream order: they run one after another on one worker,
+and once one of them fails the later ones are not executed and are reported failed too, so a retry replays them in
+order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cleanup.classify import Decision, classify, item_key
+from cleanup.deadletter import dead_letter
+from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
+from cleanup.plan import execute, plan
+from cleanup.race import live_session
+from cleanup.retry import Deadline, call_with_retry
+from cleanup.runtime import Runtime
+from cleanup.telemetry import log, log_outcomes
+from schemas.outcomes import ActionResult, Outcome, Status
+from schemas.records import StreamRecord, UnreadableRecord
+from schemas.session import Session
+from schemas.settings import CleanupMode
+
+Incoming = StreamRecord | UnreadableRecord
+
+
+def run_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadline | None = None) -> list[Outcome]:
+    """Process a batch, dead-letter its permanent failures, and log and count every outcome."""
+    outcomes = process_batch(records, runtime, deadline or Deadline())
+    outcomes = dead_letter(outcomes, records, runtime)
+    log_outcomes(outcomes)
+    runtime.metrics.record_outcomes(outcomes)
+    runtime.metrics.flush()
+    return outcomes
+
+
+def process_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadline | None = None) -> list[Outcome]:
+    """One outcome per record, in the records' order."""
+    deadline = deadline or Deadline()
+    groups: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        key = item_key(record) if isinstance(record, StreamRecord) else f"unreadable#{index}"
+        groups.setdefault(key, []).append(index)
+    outcomes: list[Outcome | None] = [None] * len(records)
+
+    def run_group(indexes: list[int]) -> None:
+        blocker: Outcome | None = None
+        for index in indexes:
+            record = records[index]
+            if blocker is not None:
+                outcomes[index] = _blocked(record, blocker)
+                continue
+            outcome = process_record(record, runtime, deadline)
+            outcomes[index] = outcome
+            if outcome.failed:
+                blocker = outcome
+
+    if len(groups) == 1:
+        run_group(next(iter(groups.values())))
+    else:
+        for future in [runtime.executor.submit(run_group, group) for group in groups.values()]:
+            future.result()
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def process_record(record: Incoming, runtime: Runtime, deadline: Deadline) -> Outcome:
+    """Clean one record's session. Any error becomes a failed outcome: this is the per-record boundary."""
+    if isinstance(record, UnreadableRecord):
+        return Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error=record.error, permanent=True)
+    try:
+        return _clean(record, runtime, deadline)
+    except CleanupError as exc:
+        return _failure(record, str(exc), permanent=isinstance(exc, PermanentError))
+    except Exception as exc:  # a bug must not lose the record: report it, and dead-letter it
+        log.exception("unexpected error", extra={"sequenceNumber": record.sequence_number})
+        return _failure(record, f"internal error: {type(exc).__name__}: {exc}", permanent=True)
+
+
+def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline) -> Outcome:
+    decision = classify(record, runtime.settings)
+    if decision.session is None:
+        return _outcome(record, decision, Status.SKIPPED)
+    steps = plan(decision.session, runtime)
+    live = _live(record, runtime, deadline) if steps and runtime.settings.race_check else None
+    dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
+    results = tuple(execute(step, runtime, deadline, live=live, dry_run=dry_run) for step in steps)
+    failures = [result for result in results if not result.ok]
+    if not failures:
+        return _outcome(record, decision, Status.CLEANED, results)
+    return _outcome(
+        record,
+        decision,
+        Status.FAILED,
+        results,
+        error="; ".join(f"{result.action}: {result.error}" for result in failures),
+        permanent=any(result.permanent for result in failures),
+    )
+
+
+def _live(record: StreamRecord, runtime: Runtime, deadline: Deadline) -> Session | None:
+    table = record.table or runtime.settings.session_table
+    if not table:
+        raise MissingConfigError(
+            "cannot check for a reconnected session: the record names no table; set SESSION_TABLE (or RACE_CHECK=false)"
+        )
+    names = runtime.settings.attributes
+    return call_with_retry(
+        lambda: live_session(runtime.clients.dynamodb, table, record.keys, names), runtime.settings, deadline
+    )
+
+
+def _outcome(
+    record: StreamRecord,
+    decision: Decision,
+    status: Status,
+    actions: tuple[ActionResult, ...] = (),
+    *,
+    error: str | None = None,
+    permanent: bool = False,
+) -> Outcome:
+    session = decision.session
+    return Outcome(
+        sequence_number=record.sequence_number,
+        status=status,
+        event_id=record.event_id,
+        event_name=record.event_name,
+        key=decision.key,
+        reason=decision.reason,
+        skip_reason=decision.skip_reason,
+        tenant_id=session.tenant_id if session else None,
+        ttl_lag_seconds=decision.ttl_lag_seconds,
+        actions=actions,
+        error=error,
+        permanent=permanent,
+    )
+
+
+def _failure(record: StreamRecord, error: str, *, permanent: bool) -> Outcome:
+    return Outcome(
+        sequence_number=record.sequence_number,
+        status=Status.FAILED,
+        event_id=record.event_id,
+        event_name=record.event_name,
+        key=item_key(record),
+        error=error,
+        permanent=permanent,
+    )
+
+
+def _blocked(record: Incoming, blocker: Outcome) -> Outcome:
+    error = f"not attempted: an earlier record of the same item ({blocker.sequence_number}) failed"
+    if isinstance(record, UnreadableRecord):
+        return Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error=error)
+    return _failure(record, error, permanent=False)

@@ -1,0 +1,134 @@
+"""Planning a session's cleanup into steps, and carrying them out (or, in a dry run, describing them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cleanup.actions import connection, grant, scratch
+from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
+from cleanup.guard import resolve_prefix
+from cleanup.retry import Deadline, call_with_retry
+from cleanup.runtime import Runtime
+from schemas.outcomes import ActionResult, ActionStatus
+from schemas.session import Session
+
+Run = Callable[[], tuple[ActionStatus, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action on one resource. ``refusal`` is set when it must not (or cannot) be carried out."""
+
+    action: str
+    resource: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    run: Run | None = None
+    preview: Run | None = None
+    refusal: PermanentError | None = None
+
+
+def plan(session: Session, runtime: Runtime) -> list[Step]:
+    """The steps that free ``session``'s resources: close its socket, retire its grant, delete its scratch data."""
+    steps = []
+    if session.connection_id:
+        steps.append(_connection_step(session, session.connection_id, runtime))
+    if session.grant_id:
+        steps.append(_grant_step(session, session.grant_id, runtime))
+    if session.scratch_prefix:
+        steps.append(_scratch_step(session, session.scratch_prefix, runtime))
+    return steps
+
+
+def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> Step:
+    endpoint = session.callback_url or runtime.settings.ws_callback_url
+    detail = {"connectionId": connection_id}
+    if not endpoint:
+        refusal = MissingConfigError("session has a connectionId but no callback endpoint: set WS_CALLBACK_URL")
+        return Step(connection.ACTION, connection_id, detail, refusal=refusal)
+
+    def run() -> tuple[ActionStatus, dict[str, Any]]:
+        return connection.close_connection(runtime.clients.management(endpoint), connection_id), {}
+
+    return Step(connection.ACTION, connection_id, {**detail, "endpoint": endpoint}, run=run)
+
+
+def _grant_step(session: Session, grant_id: str, runtime: Runtime) -> Step:
+    key_id = session.kms_key_id or runtime.settings.kms_key_id
+    detail = {"grantId": grant_id}
+    if not key_id:
+        refusal = MissingConfigError("session has a grantId but no key: set KMS_KEY_ID or the item's kmsKeyId")
+        return Step(grant.ACTION, grant_id, detail, refusal=refusal)
+
+    def run() -> tuple[ActionStatus, dict[str, Any]]:
+        return grant.retire_grant(runtime.clients.kms, key_id, grant_id), {}
+
+    return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
+
+
+def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> Step:
+    try:
+        where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
+    except PermanentError as exc:
+        return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
+
+    def run() -> tuple[ActionStatus, dict[str, Any]]:
+        counts = scratch.delete_prefix(runtime.clients.s3, where, versioned=runtime.is_versioned(where.bucket))
+        return (ActionStatus.DONE if any(counts.values()) else ActionStatus.ALREADY_DONE), counts
+
+    def preview() -> tuple[ActionStatus, dict[str, Any]]:
+        versioned = runtime.is_versioned(where.bucket)
+        found = scratch.count_prefix(runtime.clients.s3, where, versioned=versioned)
+        return ActionStatus.PLANNED, {"versions" if versioned else "objects": found}
+
+    detail = {"bucket": where.bucket, "prefix": where.prefix}
+    return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview)
+
+
+def held_by(step: Step, live: Session | None) -> bool:
+    """Whether the live item (same key, recreated) still holds the step's resource."""
+    if live is None:
+        return False
+    held = {
+        connection.ACTION: live.connection_id,
+        grant.ACTION: live.grant_id,
+        scratch.ACTION: live.scratch_prefix,
+    }
+    return held.get(step.action) == step.resource
+
+
+def execute(
+    step: Step, runtime: Runtime, deadline: Deadline, *, live: Session | None = None, dry_run: bool = False
+) -> ActionResult:
+    """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result."""
+    if held_by(step, live):
+        return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={"heldBy": "live session"})
+    if step.refusal is not None:
+        return _failed(step, step.refusal, refused=True)
+    run = step.preview if dry_run else step.run
+    if run is None:
+        return ActionResult(action=step.action, status=ActionStatus.PLANNED, detail=step.detail)
+    try:
+        status, counts = call_with_retry(run, runtime.settings, deadline, on_retry=_retried(runtime, step))
+    except CleanupError as exc:
+        return _failed(step, exc)
+    return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
+
+
+def _retried(runtime: Runtime, step: Step) -> Callable[[BaseException], None]:
+    def on_retry(exc: BaseException) -> None:
+        runtime.metrics.count("Retries", "Action", step.action)
+
+    return on_retry
+
+
+def _failed(step: Step, exc: CleanupError, refused: bool = False) -> ActionResult:
+    detail = {**step.detail, "refused": True} if refused else step.detail
+    return ActionResult(
+        action=step.action,
+        status=ActionStatus.FAILED,
+        detail=detail,
+        error=str(exc),
+        permanent=isinstance(exc, PermanentError),
+    )

@@ -1,0 +1,62 @@
+"""Retrying transient failures: exponential backoff with full jitter, bounded by attempts and by a deadline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from cleanup.exceptions import TransientError
+from schemas.settings import Settings
+
+T = TypeVar("T")
+
+SAFETY_MARGIN_SECONDS = 1.0  # time kept to report outcomes after the last try
+
+
+class Deadline:
+    """The moment by which a batch must be answered (a Lambda invocation's end, less a margin), or none."""
+
+    def __init__(self, at: float | None = None) -> None:
+        self.at = at
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        return cls(None if seconds is None else time.monotonic() + seconds)
+
+    @classmethod
+    def from_lambda_context(cls, context: object) -> Deadline:
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        if remaining is None:
+            return cls()
+        return cls.after(max(0.0, remaining() / 1000.0 - SAFETY_MARGIN_SECONDS))
+
+    def remaining(self) -> float:
+        return float("inf") if self.at is None else self.at - time.monotonic()
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    settings: Settings,
+    deadline: Deadline,
+    on_retry: Callable[[BaseException], None] | None = None,
+) -> T:
+    """Call ``fn``; retry it on ``TransientError`` while attempts and time remain, then re-raise the last error."""
+
+    def out_of_time(state: RetryCallState) -> bool:
+        return deadline.remaining() <= (state.upcoming_sleep or 0.0)
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_retry is not None and state.outcome is not None and state.outcome.exception() is not None:
+            on_retry(state.outcome.exception())  # type: ignore[arg-type]
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(TransientError),
+        stop=stop_after_attempt(settings.retry_attempts) | out_of_time,
+        wait=wait_random_exponential(multiplier=0.05, max=settings.retry_max_wait_seconds),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    return retrying(fn)

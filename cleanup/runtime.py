@@ -1,0 +1,53 @@
+"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket facts."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.aws_errors import translate
+from cleanup.clients import Clients
+from cleanup.telemetry import Metrics, MetricsSink
+from schemas.settings import Settings, Versioning
+
+
+class Runtime:
+    """Built once per process by the entry point and passed down explicitly."""
+
+    def __init__(self, settings: Settings, clients: Clients | None = None, metrics: Metrics | None = None) -> None:
+        self.settings = settings
+        self.clients = clients or Clients(settings)
+        self.metrics = metrics or Metrics(settings, MetricsSink(settings.metrics_destination))
+        self._lock = threading.Lock()
+        self._versioned: dict[str, bool] = {}
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The I/O pool records are cleaned on (kept warm across Lambda invocations)."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="cleanup")
+            return self._executor
+
+    def is_versioned(self, bucket: str) -> bool:
+        """Whether ``bucket`` can hold versions; asked once per process unless SCRATCH_VERSIONING says."""
+        mode = self.settings.scratch_versioning
+        if mode is not Versioning.AUTO:
+            return mode is Versioning.ENABLED
+        known = self._versioned.get(bucket)
+        if known is None:
+            try:
+                status = self.clients.s3.get_bucket_versioning(Bucket=bucket).get("Status")
+            except (ClientError, BotoCoreError) as exc:
+                raise translate(exc, "GetBucketVersioning") from exc
+            known = self._versioned[bucket] = status in ("Enabled", "Suspended")
+        return known
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None

@@ -1,0 +1,184 @@
+"""Structured logs and CloudWatch embedded-metric-format (EMF) metrics, to a stream the entry point chooses.
+
+In Lambda both go to stdout, where CloudWatch Logs picks up EMF. In a container stdout may be a protocol channel (the
+KCL MultiLangDaemon talks to its child over it), so logs and metrics go to stderr there, or metrics to a CloudWatch
+agent's EMF endpoint (``tcp://`` or ``udp://``). A few dozen lines of our own do this: the libraries that write EMF
+print to stdout only, or pull in far more than a cold start should pay for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+from schemas.outcomes import Outcome, Status
+from schemas.settings import Settings
+
+LOGGER_NAME = "cleanup"
+log = logging.getLogger(LOGGER_NAME)
+
+_STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, service, message, and whatever ``extra`` carried."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "service": self.service,
+            "message": record.getMessage(),
+        }
+        line.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS})
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def in_lambda() -> bool:
+    return "AWS_LAMBDA_FUNCTION_NAME" in os.environ
+
+
+def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None:
+    """Send the worker's logs, as JSON lines, to ``stream`` (stdout in Lambda, stderr elsewhere)."""
+    handler = logging.StreamHandler(stream or (sys.stdout if in_lambda() else sys.stderr))
+    handler.setFormatter(JsonFormatter(settings.service_name))
+    log.handlers[:] = [handler]
+    log.setLevel(settings.log_level.upper())
+    log.propagate = False
+
+
+class MetricsSink:
+    """Where EMF documents go: a text stream, a CloudWatch agent socket, or nowhere."""
+
+    def __init__(self, destination: str) -> None:
+        self._lock = threading.Lock()
+        self._stream: IO[str] | None = None
+        self._address: tuple[str, str, int] | None = None
+        if destination == "auto":
+            destination = "stdout" if in_lambda() else "stderr"
+        if destination == "stdout":
+            self._stream = sys.stdout
+        elif destination == "stderr":
+            self._stream = sys.stderr
+        elif destination != "off":
+            url = urlsplit(destination)
+            if url.scheme not in ("tcp", "udp") or not url.hostname or not url.port:
+                raise ValueError(
+                    f"METRICS_DESTINATION must be stdout, stderr, off or tcp/udp://host:port: {destination!r}"
+                )
+            self._address = (url.scheme, url.hostname, url.port)
+
+    def write(self, documents: Iterable[dict[str, Any]]) -> None:
+        lines = [json.dumps(doc, separators=(",", ":")) for doc in documents]
+        if not lines:
+            return
+        with self._lock:
+            if self._stream is not None:
+                self._stream.write("\n".join(lines) + "\n")
+                self._stream.flush()
+            elif self._address is not None:
+                self._send(lines)
+
+    def _send(self, lines: list[str]) -> None:
+        assert self._address is not None
+        scheme, host, port = self._address
+        try:
+            if scheme == "udp":
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                    for line in lines:
+                        sock.sendto((line + "\n").encode(), (host, port))
+            else:
+                with socket.create_connection((host, port), timeout=2) as sock:
+                    sock.sendall(("\n".join(lines) + "\n").encode())
+        except OSError as exc:  # metrics must never fail a cleanup
+            log.warning("metrics agent unreachable", extra={"error": str(exc)})
+
+
+class Metrics:
+    """Counts and values for one batch, flushed as EMF documents (one per dimension value)."""
+
+    def __init__(self, settings: Settings, sink: MetricsSink) -> None:
+        self.namespace = settings.metrics_namespace
+        self.service = settings.service_name
+        self.sink = sink
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str, str]] = Counter()
+        self._values: dict[str, list[float]] = {}
+
+    def count(self, name: str, dimension: str = "", value: str = "", amount: int = 1) -> None:
+        with self._lock:
+            self._counts[(name, dimension, value)] += amount
+
+    def observe(self, name: str, value: float) -> None:
+        with self._lock:
+            self._values.setdefault(name, []).append(value)
+
+    def record_outcomes(self, outcomes: Iterable[Outcome]) -> None:
+        for outcome in outcomes:
+            if outcome.status is Status.CLEANED and outcome.reason is not None:
+                self.count("SessionsCleaned", "Reason", outcome.reason.value)
+            elif outcome.status is Status.SKIPPED:
+                self.count("RecordsSkipped")
+            elif outcome.dead_lettered:
+                self.count("RecordsDeadLettered")
+            else:
+                self.count("RecordsFailed")
+            for action in outcome.actions:
+                if not action.ok:
+                    self.count("ActionFailures", "Action", action.action)
+            if outcome.ttl_lag_seconds is not None:
+                self.observe("TtlLagSeconds", outcome.ttl_lag_seconds)
+
+    def flush(self) -> None:
+        with self._lock:
+            counts, values = self._counts, self._values
+            self._counts, self._values = Counter(), {}
+        self.sink.write(self._documents(counts, values))
+
+    def _documents(self, counts: Counter[tuple[str, str, str]], values: dict[str, list[float]]) -> list[dict[str, Any]]:
+        documents = []
+        for (name, dimension, value), amount in sorted(counts.items()):
+            documents.append(self._document(name, "Count", amount, {dimension: value} if dimension else {}))
+        for name, observed in sorted(values.items()):
+            for start in range(0, len(observed), 100):  # EMF takes at most 100 values per metric
+                documents.append(self._document(name, "Seconds", observed[start : start + 100], {}))
+        return documents
+
+    def _document(self, name: str, unit: str, value: Any, dimensions: dict[str, str]) -> dict[str, Any]:
+        dims = {"Service": self.service, **dimensions}
+        return {
+            "_aws": {
+                "Timestamp": int(time.time() * 1000),
+                "CloudWatchMetrics": [
+                    {
+                        "Namespace": self.namespace,
+                        "Dimensions": [sorted(dims)],
+                        "Metrics": [{"Name": name, "Unit": unit}],
+                    }
+                ],
+            },
+            **dims,
+            name: value,
+        }
+
+
+def log_outcomes(outcomes: Iterable[Outcome]) -> None:
+    """One log line per record outcome; failures at WARNING so they stand out."""
+    for outcome in outcomes:
+        level = logging.WARNING if outcome.failed else logging.INFO
+        log.log(level, f"record {outcome.status.value}", extra=outcome.summary())

@@ -1,0 +1,217 @@
+"""Stream records in the three shapes the worker is handed, normalised into one model.
+
+* ``lambda``: an event source mapping's record (``eventSourceARN``; ApproximateCreationDateTime in epoch seconds).
+* ``streams``: a DynamoDB Streams GetRecords record, as the service returns it (epoch seconds).
+* ``kinesis``: a record as Kinesis Data Streams for DynamoDB (or the KCL) delivers it: ``tableName``,
+  ``recordFormat``, ApproximateCreationDateTime in epoch milliseconds, and the sequence number from the Kinesis
+  record rather than from the payload.
+
+The images stay in their AttributeValue JSON form here; ``schemas.attributes`` decodes them on demand.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Source(StrEnum):
+    """Where a record came from, which fixes the unit of its creation time."""
+
+    LAMBDA = "lambda"
+    STREAMS = "streams"
+    KINESIS = "kinesis"
+
+
+class RecordError(ValueError):
+    """A stream record that cannot be read; ``sequence_number`` is set when it could be found."""
+
+    def __init__(self, message: str, sequence_number: str | None = None) -> None:
+        super().__init__(message)
+        self.sequence_number = sequence_number
+
+
+class UserIdentity(BaseModel):
+    """The ``userIdentity`` of a record; DynamoDB TTL deletes carry type Service, dynamodb.amazonaws.com."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    type: str | None = Field(default=None, validation_alias="type")
+    principal_id: str | None = Field(default=None, validation_alias="principalId")
+
+    @classmethod
+    def parse(cls, raw: object) -> UserIdentity | None:
+        """Accept both spellings (``type``/``principalId`` and ``Type``/``PrincipalId``)."""
+        if not isinstance(raw, dict):
+            return None
+        return cls(
+            type=raw.get("type", raw.get("Type")),
+            principal_id=raw.get("principalId", raw.get("PrincipalId")),
+        )
+
+    @property
+    def is_ttl_service(self) -> bool:
+        return self.type == "Service" and self.principal_id == "dynamodb.amazonaws.com"
+
+
+class StreamRecord(BaseModel):
+    """One change record, whatever shape it arrived in. ``raw`` keeps the record exactly as received."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    sequence_number: str
+    event_id: str | None
+    event_name: str | None
+    source: Source
+    created_at: float | None
+    """ApproximateCreationDateTime in epoch seconds, whatever the source's unit."""
+    keys: dict[str, Any]
+    old_image: dict[str, Any] | None
+    new_image: dict[str, Any] | None
+    user_identity: UserIdentity | None
+    event_source_arn: str | None
+    table_name: str | None
+    stream_view_type: str | None
+    raw: dict[str, Any] = Field(repr=False)
+
+    @property
+    def table(self) -> str | None:
+        """The table the record came from: named by the stream ARN, else by the Kinesis payload."""
+        if self.event_source_arn and ":table/" in self.event_source_arn:
+            return self.event_source_arn.split(":table/", 1)[1].split("/", 1)[0]
+        return self.table_name
+
+
+class _Change(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    ApproximateCreationDateTime: float | datetime | None = None
+    Keys: dict[str, Any] = Field(default_factory=dict)
+    OldImage: dict[str, Any] | None = None
+    NewImage: dict[str, Any] | None = None
+    SequenceNumber: str | None = None
+    StreamViewType: str | None = None
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    eventID: str | None = None
+    eventName: str | None = None
+    eventSourceARN: str | None = None
+    tableName: str | None = None
+    dynamodb: _Change
+
+
+def sequence_number_of(raw: object) -> str | None:
+    """The record's own sequence number, if it can be read at all (used before full parsing)."""
+    if isinstance(raw, dict):
+        change = raw.get("dynamodb")
+        if isinstance(change, dict):
+            number = change.get("SequenceNumber")
+            if isinstance(number, str) and number:
+                return number
+    return None
+
+
+def detect_source(raw: dict[str, Any]) -> Source:
+    """Guess a lone record's shape: a Lambda record names its ARN, a Kinesis payload its table."""
+    if "eventSourceARN" in raw:
+        return Source.LAMBDA
+    if "tableName" in raw or "recordFormat" in raw:
+        return Source.KINESIS
+    return Source.STREAMS
+
+
+def parse_record(raw: object, source: Source | None = None, sequence_number: str | None = None) -> StreamRecord:
+    """Normalise one raw record.
+
+    Args:
+        raw: the record as received (JSON-decoded).
+        source: its shape; detected when omitted.
+        sequence_number: the sequence number when the transport carries it outside the payload (Kinesis / KCL).
+
+    Raises:
+        RecordError: the record is not a stream record; the error carries the sequence number when known.
+    """
+    seq = sequence_number or sequence_number_of(raw)
+    if not isinstance(raw, dict):
+        raise RecordError(f"record is not a JSON object: {type(raw).__name__}", seq)
+    if source is None:
+        source = detect_source(raw)
+    try:
+        envelope = _Envelope.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise RecordError(f"malformed stream record at {where}: {first['msg']}", seq) from None
+    if not seq:
+        raise RecordError("stream record has no SequenceNumber", None)
+    change = envelope.dynamodb
+    created = change.ApproximateCreationDateTime
+    if isinstance(created, datetime):  # a record already parsed by boto3
+        created = created.timestamp()
+    elif created is not None and source is Source.KINESIS:
+        created /= 1000.0
+    return StreamRecord(
+        sequence_number=seq,
+        event_id=envelope.eventID,
+        event_name=envelope.eventName,
+        source=source,
+        created_at=created,
+        keys=change.Keys,
+        old_image=change.OldImage,
+        new_image=change.NewImage,
+        user_identity=UserIdentity.parse(raw.get("userIdentity")),
+        event_source_arn=envelope.eventSourceARN,
+        table_name=envelope.tableName,
+        stream_view_type=change.StreamViewType,
+        raw=raw,
+    )
+
+
+class UnreadableRecord(BaseModel):
+    """A record that could not be parsed; it is still reported (by sequence number), never dropped."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sequence_number: str
+    error: str
+    raw: Any = Field(default=None, repr=False)
+
+
+def read_record(
+    raw: object, source: Source | None = None, sequence_number: str | None = None
+) -> StreamRecord | UnreadableRecord:
+    """``parse_record``, turning a malformed record into an ``UnreadableRecord``.
+
+    Raises:
+        RecordError: not even the sequence number can be read, so the record could not be reported.
+    """
+    try:
+        return parse_record(raw, source, sequence_number)
+    except RecordError as exc:
+        if not exc.sequence_number:
+            raise
+        return UnreadableRecord(sequence_number=exc.sequence_number, error=str(exc), raw=raw)
+
+
+def read_lambda_event(event: object) -> list[StreamRecord | UnreadableRecord]:
+    """The records of a Lambda DynamoDB Streams event (``{"Records": [...]}``).
+
+    Raises:
+        RecordError: the event has no ``Records`` list, or a record's sequence number cannot be read (such a record
+            could be neither reported nor retried, so the whole invocation must fail).
+    """
+    if not isinstance(event, dict) or not isinstance(event.get("Records"), list):
+        raise RecordError('not a DynamoDB Streams event: expected {"Records": [...]}')
+    records = []
+    for position, raw in enumerate(event["Records"]):
+        try:
+            records.append(read_record(raw, Source.LAMBDA))
+        except RecordError as exc:
+            raise RecordError(f"record {position} of the event: {exc}; its sequence number cannot be read") from exc
+    return records

@@ -1,0 +1,125 @@
+"""The worker's settings: one frozen object per process, read from the environment by the entry point.
+
+Every environment variable the worker reads is declared here, and only here. AWS endpoints, region and credentials are
+not settings of ours: boto3 reads ``AWS_ENDPOINT_URL``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION`` and the credential
+chain itself.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CleanupMode(StrEnum):
+    """``enforce`` carries out the plan; ``dry-run`` only logs it (for a first, watched deployment)."""
+
+    ENFORCE = "enforce"
+    DRY_RUN = "dry-run"
+
+
+class Versioning(StrEnum):
+    """How the scratch bucket's versioning is known: asked once per process (``auto``) or stated."""
+
+    AUTO = "auto"
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+class AttributeNames(BaseSettings):
+    """Names of the session item's attributes (defaults from the source design)."""
+
+    model_config = SettingsConfigDict(frozen=True, env_prefix="ATTR_", extra="ignore")
+
+    pk: str = "pk"
+    sk: str = "sk"
+    connection_id: str = "connectionId"
+    scratch_prefix: str = "scratchPrefix"
+    grant_id: str = "grantId"
+    tenant_id: str = "tenantId"
+    ttl: str = "ttl"
+    kms_key_id: str = "kmsKeyId"
+    callback_url: str = "callbackUrl"
+    expiry_bucket: str = "expiryBucket"
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """Attributes that hold something to clean; an image with none of them is not a session."""
+        return (self.connection_id, self.scratch_prefix, self.grant_id)
+
+
+class Settings(BaseSettings):
+    """Everything the worker is configured with. Field docs give the environment variable in capitals."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    # What to clean.
+    scratch_bucket: str | None = None
+    """SCRATCH_BUCKET: the bucket holding session scratch prefixes; an s3:// prefix naming another is refused."""
+    scratch_root: str = "sessions/"
+    """SCRATCH_ROOT: every deletable prefix lies strictly under this one."""
+    scratch_tenant_scoped: bool = False
+    """SCRATCH_TENANT_SCOPED: also require the prefix to lie under ``<root><tenantId>/``."""
+    scratch_versioning: Versioning = Versioning.AUTO
+    """SCRATCH_VERSIONING: ``auto`` asks GetBucketVersioning once per process."""
+    ws_callback_url: str | None = None
+    """WS_CALLBACK_URL: API Gateway management endpoint, used when the item has no callbackUrl."""
+    kms_key_id: str | None = None
+    """KMS_KEY_ID: the grants' key, used when the item has no kmsKeyId."""
+    session_table: str | None = None
+    """SESSION_TABLE: table for the reconnect race check when the record does not name its table."""
+    session_key_prefix: str | None = None
+    """SESSION_KEY_PREFIX: only items whose partition key starts with this (e.g. ``session#``) are sessions."""
+    attributes: AttributeNames = Field(default_factory=AttributeNames)
+
+    # How.
+    cleanup_mode: CleanupMode = CleanupMode.ENFORCE
+    """CLEANUP_MODE: ``enforce`` or ``dry-run``."""
+    race_check: bool = True
+    """RACE_CHECK: read the live item before acting and leave alone what it still holds."""
+    dead_letter_queue_url: str | None = None
+    """DEAD_LETTER_QUEUE_URL: SQS queue for records that failed permanently (full record and error)."""
+    max_concurrency: int = Field(default=32, ge=1, le=512)
+    """MAX_CONCURRENCY: records cleaned at once (threads; the HTTP pool is sized to match)."""
+    retry_attempts: int = Field(default=4, ge=1, le=20)
+    """RETRY_ATTEMPTS: tries of one action on transient errors, within the invocation's time."""
+    retry_max_wait_seconds: float = Field(default=2.0, gt=0)
+    """RETRY_MAX_WAIT_SECONDS: the longest backoff between two tries."""
+    botocore_max_attempts: int = Field(default=3, ge=1, le=10)
+    """BOTOCORE_MAX_ATTEMPTS: botocore's own (standard mode) attempts per call, below ours."""
+    http_timeout_seconds: float = Field(default=5.0, gt=0)
+    """HTTP_TIMEOUT_SECONDS: connect and read timeout of every AWS call."""
+
+    # Telemetry.
+    log_level: str = "INFO"
+    """LOG_LEVEL."""
+    metrics_namespace: str = "SessionCleanup"
+    """METRICS_NAMESPACE: CloudWatch namespace of the EMF metrics."""
+    metrics_destination: str = "auto"
+    """METRICS_DESTINATION: ``stdout``, ``stderr``, ``off``, ``tcp://host:port`` / ``udp://host:port`` (a CloudWatch
+    agent), or ``auto``: stdout in Lambda, stderr elsewhere."""
+    service_name: str = Field(
+        default="session-cleanup",
+        validation_alias=AliasChoices("SERVICE_NAME", "POWERTOOLS_SERVICE_NAME"),
+    )
+    """SERVICE_NAME: the ``service`` field of logs and the metrics' dimension."""
+
+    # Container mode (stream poller).
+    checkpoint_table: str = "session-cleanup-checkpoints"
+    """CHECKPOINT_TABLE: per-shard checkpoints and the consumer lease (created if absent)."""
+
+    @field_validator("scratch_root")
+    @classmethod
+    def _root_is_a_folder(cls, root: str) -> str:
+        if not root or not root.endswith("/") or root.startswith("/"):
+            raise ValueError("SCRATCH_ROOT must be a non-empty key prefix ending in '/' (e.g. 'sessions/')")
+        if any(part in ("", ".", "..") for part in root[:-1].split("/")):
+            raise ValueError("SCRATCH_ROOT must not contain empty, '.' or '..' segments")
+        return root
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read the settings from the process environment (the entry point's job)."""
+        return cls()

@@ -1,0 +1,53 @@
+"""``cleanup-worker``: one command, one sub-command per way of running the worker.
+
+Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``; a module is
+imported only to build the command line, and the exit code is the module's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+EXIT_USAGE = 2
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("worker.demo", "run the demo on an embedded moto server and a local WebSocket gateway"),
+    "run": ("worker.poller", "consume a DynamoDB stream (single active consumer, checkpoints in DynamoDB)"),
+    "kcl": ("worker.kcl", "record processor for the KCL MultiLangDaemon (speaks its protocol on stdin/stdout)"),
+    "replay": ("worker.replay", "clean the sessions of captured records (Lambda events, GetRecords, JSON lines)"),
+    "capture": ("worker.capture", "write a stream's records to a JSON-lines file"),
+    "redrive": ("worker.redrive", "re-process the batches named by on-failure or dead-letter messages"),
+    "sweep": ("worker.sweep", "delete the sessions whose ttl has passed (instead of waiting for DynamoDB TTL)"),
+    "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cleanup-worker", description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, summary) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # not part of this build
+        sub = commands.add_parser(name, help=summary, description=summary)
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

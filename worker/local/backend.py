@@ -1,0 +1,82 @@
+"""An embedded moto server on loopback, and the one thing moto cannot do: delete an item the way TTL does.
+
+moto never expires items and never sets ``userIdentity``. Its server runs in this process, so a TTL delete is
+synthesised by deleting through moto's backend and stamping the stream record it produced with DynamoDB's TTL
+identity; GetRecords then returns it like a real TTL delete.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.server import ThreadedMotoServer
+
+TTL_IDENTITY = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
+CREDENTIAL_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+
+_ttl_lock = threading.Lock()
+
+
+class LocalAws:
+    """A moto server on 127.0.0.1 and a free port. Use as a context manager or call start()/stop()."""
+
+    def __init__(self, region: str = "us-east-1") -> None:
+        self.region = region
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.endpoint_url = ""
+
+    def start(self) -> LocalAws:
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> LocalAws:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def environment(self) -> dict[str, str]:
+        """The variables that point boto3 (and the worker) at this server."""
+        return {
+            **CREDENTIAL_ENV,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def use(self) -> None:
+        """Point this process's boto3 at the server."""
+        os.environ.update(self.environment())
+
+    def expire_by_ttl(self, table: str, key: dict[str, Any]) -> None:
+        """Delete ``key`` (an AttributeValue key, e.g. ``{"pk": {"S": "session#1"}}``) as DynamoDB TTL would."""
+        expire_by_ttl(table, key, self.region)
+
+
+def expire_by_ttl(table: str, key: dict[str, Any], region: str, account_id: str = DEFAULT_ACCOUNT_ID) -> None:
+    """Delete an item through moto's in-process backend and mark its REMOVE record as a TTL delete."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    backend = dynamodb_backends[account_id][region]
+    with _ttl_lock:
+        moto_table = backend.get_table(table)
+        shard = moto_table.stream_shard
+        before = len(shard.items) if shard is not None else 0
+        deleted = backend.delete_item(table, key)
+        if deleted is None:
+            raise KeyError(f"no item {key} in {table}")
+        if shard is None or len(shard.items) != before + 1:
+            raise RuntimeError(f"table {table} has no stream: the TTL delete would be invisible")
+        shard.items[-1].record["userIdentity"] = dict(TTL_IDENTITY)
