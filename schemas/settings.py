@@ -28,6 +28,11 @@ class Versioning(StrEnum):
     DISABLED = "disabled"
 
 
+class StartPosition(StrEnum):
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+
+
 class AttributeNames(BaseSettings):
     """Names of the session item's attributes (defaults from the source design)."""
 
@@ -106,9 +111,33 @@ class Settings(BaseSettings):
     )
     """SERVICE_NAME: the ``service`` field of logs and the metrics' dimension."""
 
-    # Container mode (stream poller).
+    # Container mode (stream poller and KCL record processor).
     checkpoint_table: str = "session-cleanup-checkpoints"
     """CHECKPOINT_TABLE: per-shard checkpoints and the consumer lease (created if absent)."""
+    start_position: StartPosition = StartPosition.TRIM_HORIZON
+    """START_POSITION: where a shard with no checkpoint starts: TRIM_HORIZON or LATEST."""
+    batch_size: int = Field(default=100, ge=1, le=1000)
+    """BATCH_SIZE: records per GetRecords call (the poller's batch)."""
+    poll_interval_seconds: float = Field(default=1.0, ge=0)
+    """POLL_INTERVAL_SECONDS: pause after an empty GetRecords on an open shard."""
+    shard_discovery_seconds: float = Field(default=10.0, gt=0)
+    """SHARD_DISCOVERY_SECONDS: how often DescribeStream looks for new shards."""
+    lease_seconds: float = Field(default=20.0, gt=0)
+    """LEASE_SECONDS: a consumer lease not renewed for this long may be taken over by a standby."""
+    max_record_attempts: int = Field(default=5, ge=1)
+    """MAX_RECORD_ATTEMPTS: tries of a failing record before it goes to the dead-letter queue (if one is set)."""
+    shutdown_grace_seconds: float = Field(default=20.0, gt=0)
+    """SHUTDOWN_GRACE_SECONDS: on SIGTERM/SIGINT, time allowed to finish the in-flight batch and checkpoint."""
+
+    # The sweeper.
+    expiry_index: str = "expiry-index"
+    """EXPIRY_INDEX: sparse GSI, partition key the expiry bucket, sort key ttl."""
+    expiry_bucket_seconds: int = Field(default=3600, ge=60)
+    """EXPIRY_BUCKET_SECONDS: width of one expiry bucket (the ttl rounded down to it)."""
+    expiry_shards: int = Field(default=1, ge=1, le=100)
+    """EXPIRY_SHARDS: write shards per bucket, for tables with many sessions expiring together."""
+    sweep_lookback_seconds: int = Field(default=2 * 24 * 3600, ge=60)
+    """SWEEP_LOOKBACK_SECONDS: how far back the sweeper looks for buckets (TTL is the backstop beyond)."""
 
     @field_validator("scratch_root")
     @classmethod

@@ -1,0 +1,180 @@
+"""A session stack in moto for tests: table with stream, bucket, key; sessions; and the stream read back as events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from cleanup.clients import Clients
+from cleanup.runtime import Runtime
+from cleanup.stream_reader import raw_get_records
+from cleanup.telemetry import Metrics, MetricsSink
+from schemas.settings import Settings
+from worker.local.backend import LocalAws
+
+REGION = "us-east-1"
+
+
+def client(service: str, **config: Any) -> Any:
+    return boto3.client(service, region_name=REGION, config=Config(**config) if config else None)
+
+
+@dataclass
+class SessionStack:
+    aws: LocalAws
+    table: str
+    bucket: str
+    key_arn: str
+    stream_arn: str
+    ddb: Any = field(repr=False)
+    s3: Any = field(repr=False)
+    kms: Any = field(repr=False)
+    streams: Any = field(repr=False)
+    _iterator: str | None = None
+
+    @classmethod
+    def create(cls, aws: LocalAws, test_name: str, *, versioned: bool = False) -> SessionStack:
+        suffix = hashlib.sha1(f"{test_name}{uuid.uuid4()}".encode()).hexdigest()[:10]
+        ddb, s3, kms = client("dynamodb"), client("s3"), client("kms")
+        table = f"sessions-{suffix}"
+        created = ddb.create_table(
+            TableName=table,
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+        ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+        bucket = f"scratch-{suffix}"
+        s3.create_bucket(Bucket=bucket)
+        if versioned:
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        key_arn = kms.create_key(Description=f"grants for {table}")["KeyMetadata"]["Arn"]
+        return cls(
+            aws=aws,
+            table=table,
+            bucket=bucket,
+            key_arn=key_arn,
+            stream_arn=created["TableDescription"]["LatestStreamArn"],
+            ddb=ddb,
+            s3=s3,
+            kms=kms,
+            streams=client("dynamodbstreams"),
+        )
+
+    # Settings and runtime pointed at this stack.
+    def settings(self, **overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "scratch_bucket": self.bucket,
+            "kms_key_id": self.key_arn,
+            "session_table": self.table,
+            "metrics_destination": "off",
+            "retry_max_wait_seconds": 0.05,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    def runtime(self, **overrides: Any) -> Runtime:
+        settings = self.settings(**overrides)
+        return Runtime(settings, Clients(settings), Metrics(settings, MetricsSink("off")))
+
+    # Sessions.
+    def put_session(
+        self,
+        session_id: str,
+        *,
+        tenant: str = "t1",
+        connection_id: str | None = None,
+        objects: int = 3,
+        grant: bool = True,
+        ttl: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Create a session's resources and its item; returns the item as plain values."""
+        prefix = f"sessions/{tenant}/{session_id}/"
+        for n in range(objects):
+            self.s3.put_object(Bucket=self.bucket, Key=f"{prefix}part-{n:05d}", Body=b"scratch")
+        item: dict[str, Any] = {
+            "pk": f"session#{session_id}",
+            "sk": "meta",
+            "tenantId": tenant,
+            "scratchPrefix": prefix,
+            "ttl": ttl if ttl is not None else int(time.time()) + 3600,
+        }
+        if connection_id:
+            item["connectionId"] = connection_id
+        if grant:
+            item["grantId"] = self.kms.create_grant(
+                KeyId=self.key_arn, GranteePrincipal="arn:aws:iam::123456789012:role/agent", Operations=["Decrypt"]
+            )["GrantId"]
+        item.update(extra or {})
+        self.put_item(item)
+        return item
+
+    def put_item(self, item: dict[str, Any]) -> None:
+        self.ddb.put_item(TableName=self.table, Item=to_av(item))
+
+    def delete(self, session_id: str) -> None:
+        self.ddb.delete_item(TableName=self.table, Key=self.key(session_id))
+
+    def expire(self, session_id: str) -> None:
+        """Delete the item as DynamoDB TTL would (userIdentity Service / dynamodb.amazonaws.com)."""
+        self.aws.expire_by_ttl(self.table, self.key(session_id))
+
+    @staticmethod
+    def key(session_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"session#{session_id}"}, "sk": {"S": "meta"}}
+
+    # The stream, read back as the service returns it.
+    def new_records(self) -> list[dict[str, Any]]:
+        """Records written since the last call, as raw GetRecords JSON."""
+        if self._iterator is None:
+            shard = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]["Shards"][0]
+            self._iterator = self.streams.get_shard_iterator(
+                StreamArn=self.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        records: list[dict[str, Any]] = []
+        while True:
+            page = raw_get_records(self.streams, self._iterator)
+            self._iterator = page["NextShardIterator"]
+            records.extend(page["Records"])
+            if not page["Records"]:
+                return records
+
+    def lambda_event(self, records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Records as a Lambda event source mapping delivers them."""
+        records = self.new_records() if records is None else records
+        return {"Records": [{**json.loads(json.dumps(r)), "eventSourceARN": self.stream_arn} for r in records]}
+
+    # Observations.
+    def objects(self, prefix: str = "") -> list[str]:
+        keys = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            keys += [o["Key"] for o in page.get("Contents", [])]
+        return keys
+
+    def versions(self, prefix: str = "") -> int:
+        count = 0
+        for page in self.s3.get_paginator("list_object_versions").paginate(Bucket=self.bucket, Prefix=prefix):
+            count += len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
+        return count
+
+    def grant_ids(self) -> set[str]:
+        return {g["GrantId"] for g in self.kms.list_grants(KeyId=self.key_arn)["Grants"]}
+
+
+def to_av(item: dict[str, Any]) -> dict[str, Any]:
+    from boto3.dynamodb.types import TypeSerializer
+
+    serializer = TypeSerializer()
+    return {name: serializer.serialize(value) for name, value in item.items()}
