@@ -26,3 +26,13 @@ def aws() -> Iterator[LocalAws]:
 def stack(aws: LocalAws, request: pytest.FixtureRequest) -> SessionStack:
     """A session table (TTL + NEW_AND_OLD_IMAGES stream), a scratch bucket and a KMS key of this test's own."""
     return SessionStack.create(aws, request.node.name)
+
+
+from worker.local.gateway import LocalGateway  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def gateway() -> Iterator[LocalGateway]:
+    """A local WebSocket gateway (real sockets and the @connections Management API) for the whole run."""
+    with LocalGateway() as running:
+        yield running
