@@ -1,0 +1,149 @@
+"""Closing a session's socket through the local gateway: the action's meanings, botocore's retries, the handler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from cleanup.actions.connection import close_connection
+from cleanup.exceptions import PermanentError, TransientError
+from schemas.outcomes import ActionStatus
+from tests.stack import SessionStack
+from worker import lambda_handler
+from worker.local.gateway import LocalGateway
+
+ManagementFactory = Callable[[int], Any]
+
+
+@pytest.fixture
+def management(gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch) -> ManagementFactory:
+    """A real apigatewaymanagementapi client at the gateway, with botocore standard retries of ``attempts`` tries."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+    def make(attempts: int) -> Any:
+        config = Config(retries={"mode": "standard", "total_max_attempts": attempts})
+        return boto3.client(
+            "apigatewaymanagementapi", endpoint_url=gateway.callback_url, region_name="us-east-1", config=config
+        )
+
+    return make
+
+
+def test_closing_a_live_connection_is_done_and_closes_the_socket(
+    gateway: LocalGateway, management: ManagementFactory
+) -> None:
+    client = gateway.connect()
+
+    status = close_connection(management(1), client.connection_id)
+
+    assert status is ActionStatus.DONE
+    assert client.wait_closed(timeout=5)
+    assert not gateway.is_open(client.connection_id)
+
+
+def test_closing_it_again_is_already_done(gateway: LocalGateway, management: ManagementFactory) -> None:
+    client = gateway.connect()
+    close_connection(management(1), client.connection_id)
+
+    status = close_connection(management(1), client.connection_id)
+
+    assert status is ActionStatus.ALREADY_DONE
+
+
+def test_a_connection_the_client_left_is_already_done(gateway: LocalGateway, management: ManagementFactory) -> None:
+    client = gateway.connect()
+    client.close()
+    assert gateway.wait_gone(client.connection_id, timeout=5)
+
+    status = close_connection(management(1), client.connection_id)
+
+    assert status is ActionStatus.ALREADY_DONE
+
+
+def test_forbidden_is_permanent_and_leaves_the_socket_open(
+    gateway: LocalGateway, management: ManagementFactory
+) -> None:
+    client = gateway.connect()
+    gateway.fail_next(1, status=403, error_type="ForbiddenException")
+
+    with pytest.raises(PermanentError, match="ForbiddenException"):
+        close_connection(management(3), client.connection_id)
+
+    assert gateway.is_open(client.connection_id)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [(429, "LimitExceededException"), (429, "TooManyRequestsException"), (500, "InternalServerErrorException")],
+)
+def test_throttling_and_server_errors_are_transient(
+    gateway: LocalGateway, management: ManagementFactory, status: int, error_type: str
+) -> None:
+    client = gateway.connect()
+    gateway.fail_next(1, status=status, error_type=error_type)
+
+    with pytest.raises(TransientError, match=error_type):
+        close_connection(management(1), client.connection_id)
+
+    assert gateway.is_open(client.connection_id)
+    client.close()
+
+
+def test_botocore_standard_retries_absorb_one_server_error(
+    gateway: LocalGateway, management: ManagementFactory
+) -> None:
+    client = gateway.connect()
+    calls_before = gateway.delete_calls
+    gateway.fail_next(1, status=500)
+
+    status = close_connection(management(3), client.connection_id)
+
+    assert status is ActionStatus.DONE
+    assert gateway.delete_calls == calls_before + 2
+    assert client.wait_closed(timeout=5)
+
+
+def test_the_handler_closes_the_deleted_sessions_socket_only(
+    stack: SessionStack, gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expired, live = gateway.connect(), gateway.connect()
+    stack.put_session("gone", connection_id=expired.connection_id)
+    stack.put_session("live", connection_id=live.connection_id)
+    stack.delete("gone")
+    event = stack.lambda_event()
+    monkeypatch.setattr(lambda_handler, "_runtime", stack.runtime(ws_callback_url=gateway.callback_url))
+
+    result = lambda_handler.handler(event, None)
+
+    assert result == {"batchItemFailures": []}
+    assert expired.wait_closed(timeout=5)
+    assert not gateway.is_open(expired.connection_id)
+    assert gateway.is_open(live.connection_id)
+    assert not live.closed
+    live.close()
+
+
+def test_delivering_the_same_event_again_reports_no_failure(
+    stack: SessionStack, gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expired, live = gateway.connect(), gateway.connect()
+    stack.put_session("gone", connection_id=expired.connection_id)
+    stack.put_session("live", connection_id=live.connection_id)
+    stack.delete("gone")
+    event = stack.lambda_event()
+    monkeypatch.setattr(lambda_handler, "_runtime", stack.runtime(ws_callback_url=gateway.callback_url))
+    lambda_handler.handler(event, None)
+    calls_before = gateway.delete_calls
+
+    result = lambda_handler.handler(event, None)
+
+    assert result == {"batchItemFailures": []}
+    assert gateway.delete_calls == calls_before + 1  # asked again, answered 410 Gone: already closed
+    assert gateway.is_open(live.connection_id)
+    live.close()
