@@ -4,11 +4,15 @@
 
     CleanupError                      anything an action or the pipeline raises on purpose
     ├── TransientError                retry with backoff; report the record failed if retries run out
-    │     (throttling, 5xx, timeouts, connection resets, S3 per-key InternalError/SlowDown)
+    │     │ (throttling, 5xx, timeouts, connection resets, S3 per-key InternalError/SlowDown)
+    │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: get a new one from the checkpoint
+    │     └── TrimmedDataError        a stream position older than the 24 h retention: records were lost
     └── PermanentError                retrying cannot help: dead-letter it, or report it failed
           ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
-          └── BadRecordError          the record or its image cannot be decoded (names the attribute)
+          ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
+          └── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
+    LeaseLostError                    another consumer owns the stream now: stop reading and checkpointing at once
 
 "Already done" is not an error: a 410 GoneException, a grant that is not found, or an empty prefix are successes,
 returned as ``ActionStatus.ALREADY_DONE`` by the action itself.
@@ -39,3 +43,19 @@ class MissingConfigError(PermanentError):
 
 class BadRecordError(PermanentError):
     """A record that cannot be decoded or is not what the stream should carry."""
+
+
+class SessionExistsError(PermanentError):
+    """A session item already holds this key; overwriting it would leave its resources uncleaned."""
+
+
+class IteratorExpiredError(TransientError):
+    """A shard iterator expired (ExpiredIteratorException): read again from the checkpoint."""
+
+
+class TrimmedDataError(TransientError):
+    """A stream position is past the stream's retention (TrimmedDataAccessException)."""
+
+
+class LeaseLostError(Exception):
+    """The consumer lease of a stream is held by another consumer (not a record's error: it stops the consumer)."""

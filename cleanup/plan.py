@@ -36,7 +36,7 @@ def plan(session: Session, runtime: Runtime) -> list[Step]:
         steps.append(_connection_step(session, session.connection_id, runtime))
     if session.grant_id:
         steps.append(_grant_step(session, session.grant_id, runtime))
-    if session.scratch_prefix:
+    if session.scratch_prefix is not None:  # an empty prefix is refused by the guard, not ignored
         steps.append(_scratch_step(session, session.scratch_prefix, runtime))
     return steps
 

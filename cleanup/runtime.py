@@ -21,6 +21,7 @@ class Runtime:
         self.clients = clients or Clients(settings)
         self.metrics = metrics or Metrics(settings, MetricsSink(settings.metrics_destination))
         self._lock = threading.Lock()
+        self._bucket_lock = threading.Lock()
         self._versioned: dict[str, bool] = {}
         self._executor: ThreadPoolExecutor | None = None
 
@@ -39,11 +40,14 @@ class Runtime:
             return mode is Versioning.ENABLED
         known = self._versioned.get(bucket)
         if known is None:
-            try:
-                status = self.clients.s3.get_bucket_versioning(Bucket=bucket).get("Status")
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc, "GetBucketVersioning") from exc
-            known = self._versioned[bucket] = status in ("Enabled", "Suspended")
+            with self._bucket_lock:  # one GetBucketVersioning per bucket, however many threads ask at once
+                known = self._versioned.get(bucket)
+                if known is None:
+                    try:
+                        status = self.clients.s3.get_bucket_versioning(Bucket=bucket).get("Status")
+                    except (ClientError, BotoCoreError) as exc:
+                        raise translate(exc, "GetBucketVersioning") from exc
+                    known = self._versioned[bucket] = status in ("Enabled", "Suspended")
         return known
 
     def close(self) -> None:

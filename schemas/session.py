@@ -55,7 +55,7 @@ def _text(image: dict[str, Any], name: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise SessionItemError(f"attribute {name}: expected a string (S), got {type(value).__name__}")
-    return value or None
+    return value
 
 
 def _key(image: dict[str, Any], name: str) -> str | None:

@@ -7,6 +7,7 @@ identity; GetRecords then returns it like a real TTL delete.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -33,6 +34,7 @@ class LocalAws:
         self.endpoint_url = ""
 
     def start(self) -> LocalAws:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request drowns everything else
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"

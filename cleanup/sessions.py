@@ -1,0 +1,192 @@
+"""Write-path helpers for applications: create, touch and end a session item so that expiry finds it on time.
+
+Besides its resources (``connectionId``, ``scratchPrefix``, ``grantId``) and ``tenantId``, a session item carries
+the two attributes expiry reads, always written together:
+
+- ``ttl`` (N, epoch seconds): when the session expires. DynamoDB TTL deletes the item some time after it (best
+  effort), and the sweeper deletes it within a sweep of it.
+- ``expiryBucket`` (S): the ttl rounded down to ``EXPIRY_BUCKET_SECONDS``, as ``"<bucket-start>"``, or
+  ``"<bucket-start>#<shard>"`` when ``EXPIRY_SHARDS`` > 1. It is the partition key of the sweeper's sparse index
+  (sort key ``ttl``), so the sweeper finds expired sessions with one Query per bucket instead of a Scan.
+
+``create_session`` refuses to overwrite a live item (its resources would never be cleaned), ``touch_session``
+refreshes ttl and bucket only while the item exists (so it never resurrects a deleted session), and ``end_session``
+deletes it: the stream's REMOVE then cleans everything up.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.aws_errors import error_code, translate
+from cleanup.exceptions import SessionExistsError
+from schemas.settings import AttributeNames, Settings
+
+KEY_PREFIX = "session#"
+SORT_KEY = "meta"
+DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
+DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
+CONDITION_FAILED = "ConditionalCheckFailedException"
+
+
+def session_key(session_id: str, names: AttributeNames = DEFAULT_NAMES, key_prefix: str = KEY_PREFIX) -> dict[str, Any]:
+    """The item key of a session, as AttributeValues (``pk = session#<id>``, ``sk = meta``)."""
+    return {names.pk: {"S": f"{key_prefix}{session_id}"}, names.sk: {"S": SORT_KEY}}
+
+
+def bucket_start(epoch: float, bucket_seconds: int) -> int:
+    """The start of the expiry bucket that holds ``epoch``."""
+    second = int(epoch)
+    return second - second % bucket_seconds
+
+
+def expiry_bucket(ttl: float, *, bucket_seconds: int, shards: int = 1, session_id: str = "") -> str:
+    """The expiry bucket of a session: its ttl's bucket start, and a shard derived from its id when sharded.
+
+    The shard is a hash of the session id, so a touch keeps a session on its shard.
+    """
+    start = bucket_start(ttl, bucket_seconds)
+    if shards <= 1:
+        return str(start)
+    return f"{start}#{zlib.crc32(session_id.encode()) % shards}"
+
+
+def expiry_buckets(since: float, until: float, *, bucket_seconds: int, shards: int = 1) -> list[str]:
+    """Every expiry bucket (and shard) whose time span meets ``[since, until]``, oldest first."""
+    starts = range(bucket_start(since, bucket_seconds), bucket_start(until, bucket_seconds) + 1, bucket_seconds)
+    if shards <= 1:
+        return [str(start) for start in starts]
+    return [f"{start}#{shard}" for start in starts for shard in range(shards)]
+
+
+def create_session(
+    ddb: Any,
+    table: str,
+    session_id: str,
+    *,
+    tenant_id: str,
+    scratch_prefix: str,
+    ttl_seconds: int,
+    connection_id: str | None = None,
+    grant_id: str | None = None,
+    kms_key_id: str | None = None,
+    callback_url: str | None = None,
+    names: AttributeNames = DEFAULT_NAMES,
+    bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
+    shards: int = 1,
+    key_prefix: str = KEY_PREFIX,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Put a new session item expiring ``ttl_seconds`` from now, with its expiry bucket.
+
+    Returns:
+        The item written, as plain values (``ttl`` an int).
+
+    Raises:
+        SessionExistsError: an item already has this key; it is left as it was.
+        TransientError / PermanentError: the write failed.
+    """
+    ttl = _expiry(now, ttl_seconds)
+    optional = {
+        names.connection_id: connection_id,
+        names.grant_id: grant_id,
+        names.kms_key_id: kms_key_id,
+        names.callback_url: callback_url,
+    }
+    item: dict[str, Any] = {
+        **{name: value["S"] for name, value in session_key(session_id, names, key_prefix).items()},
+        names.tenant_id: tenant_id,
+        names.scratch_prefix: scratch_prefix,
+        names.ttl: ttl,
+        names.expiry_bucket: expiry_bucket(ttl, bucket_seconds=bucket_seconds, shards=shards, session_id=session_id),
+        **{name: value for name, value in optional.items() if value},
+    }
+    try:
+        ddb.put_item(
+            TableName=table,
+            Item={name: {"N": str(value)} if name == names.ttl else {"S": value} for name, value in item.items()},
+            ConditionExpression="attribute_not_exists(#pk)",
+            ExpressionAttributeNames={"#pk": names.pk},
+        )
+    except ClientError as exc:
+        if error_code(exc) == CONDITION_FAILED:
+            raise SessionExistsError(f"session {session_id!r} already exists in {table}") from exc
+        raise translate(exc, "PutItem") from exc
+    except BotoCoreError as exc:
+        raise translate(exc, "PutItem") from exc
+    return item
+
+
+def touch_session(
+    ddb: Any,
+    table: str,
+    session_id: str,
+    *,
+    ttl_seconds: int,
+    names: AttributeNames = DEFAULT_NAMES,
+    bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
+    shards: int = 1,
+    key_prefix: str = KEY_PREFIX,
+    now: float | None = None,
+) -> bool:
+    """Push a live session's expiry to ``ttl_seconds`` from now (ttl and bucket in one conditional update).
+
+    A sweep that read the old ttl then fails its conditional delete, so the heartbeat wins.
+
+    Returns:
+        True if the session was refreshed; False if it no longer exists (expired or ended: start a new one).
+
+    Raises:
+        TransientError / PermanentError: the update failed.
+    """
+    ttl = _expiry(now, ttl_seconds)
+    bucket = expiry_bucket(ttl, bucket_seconds=bucket_seconds, shards=shards, session_id=session_id)
+    try:
+        ddb.update_item(
+            TableName=table,
+            Key=session_key(session_id, names, key_prefix),
+            UpdateExpression="SET #ttl = :ttl, #bucket = :bucket",
+            ConditionExpression="attribute_exists(#pk)",
+            ExpressionAttributeNames={"#ttl": names.ttl, "#bucket": names.expiry_bucket, "#pk": names.pk},
+            ExpressionAttributeValues={":ttl": {"N": str(ttl)}, ":bucket": {"S": bucket}},
+        )
+    except ClientError as exc:
+        if error_code(exc) == CONDITION_FAILED:
+            return False
+        raise translate(exc, "UpdateItem") from exc
+    except BotoCoreError as exc:
+        raise translate(exc, "UpdateItem") from exc
+    return True
+
+
+def end_session(
+    ddb: Any,
+    table: str,
+    session_id: str,
+    *,
+    names: AttributeNames = DEFAULT_NAMES,
+    key_prefix: str = KEY_PREFIX,
+) -> bool:
+    """Delete a session now (logout, admin purge); the stream's REMOVE cleans it up with reason ``explicit``.
+
+    Returns:
+        True if an item was deleted; False if there was none (already ended or expired).
+
+    Raises:
+        TransientError / PermanentError: the delete failed.
+    """
+    try:
+        response = ddb.delete_item(
+            TableName=table, Key=session_key(session_id, names, key_prefix), ReturnValues="ALL_OLD"
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, "DeleteItem") from exc
+    return bool(response.get("Attributes"))
+
+
+def _expiry(now: float | None, ttl_seconds: int) -> int:
+    return int(time.time() if now is None else now) + ttl_seconds

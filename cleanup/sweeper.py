@@ -1,0 +1,218 @@
+"""The sweeper: delete the sessions whose ttl has passed, on time, instead of whenever DynamoDB TTL gets to them.
+
+For every expiry bucket (and shard) from ``SWEEP_LOOKBACK_SECONDS`` ago up to now, one paginated Query of the sparse
+index (partition key the bucket, sort key ``ttl``) for the items whose ttl has passed: never a Scan. Each one is
+deleted with a conditional DeleteItem: ``ttl`` still equal to the value read, and in the past. A heartbeat that
+refreshed the session in between changed its ttl, so the delete fails and the session lives on (counted as kept).
+Every delete is an ordinary REMOVE on the table's stream, which the worker cleans up with reason ``expired``.
+
+Queries and deletes run concurrently on the runtime's bounded pool. With ``CLEANUP_MODE=dry-run`` nothing is deleted:
+the expired sessions are only counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.aws_errors import error_code, translate
+from cleanup.exceptions import CleanupError, MissingConfigError
+from cleanup.retry import Deadline, call_with_retry
+from cleanup.runtime import Runtime
+from cleanup.sessions import CONDITION_FAILED, expiry_buckets
+from cleanup.telemetry import log
+from schemas.settings import CleanupMode, Settings
+
+
+class Verdict(StrEnum):
+    """What became of one expired session."""
+
+    SWEPT = "swept"  # deleted by this sweep
+    KEPT = "kept"  # a heartbeat refreshed its ttl after the query: it lives on
+    GONE = "gone"  # deleted by something else in between (TTL, logout, an overlapping sweep)
+    PLANNED = "planned"  # dry-run: would have been deleted
+    DEFERRED = "deferred"  # out of time: the next sweep takes it
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """An index entry whose ttl has passed: the item's key and its ttl exactly as read."""
+
+    key: dict[str, Any]
+    ttl: dict[str, str]
+
+    @property
+    def ttl_seconds(self) -> float:
+        return float(self.ttl["N"])
+
+
+@dataclass
+class SweepReport:
+    """The counts of one sweep; ``lags`` are seconds between each swept session's ttl and its delete."""
+
+    buckets: int = 0
+    failed_buckets: int = 0
+    verdicts: Counter[Verdict] = field(default_factory=Counter)
+    lags: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_buckets and not self.verdicts[Verdict.FAILED]
+
+    def summary(self) -> dict[str, Any]:
+        """A flat dict for the log line, the CLI's output and the Lambda's result."""
+        return {
+            "buckets": self.buckets,
+            "failedBuckets": self.failed_buckets,
+            "expired": sum(self.verdicts.values()),
+            **{verdict.value: self.verdicts[verdict] for verdict in Verdict},
+            "maxLagSeconds": round(max(self.lags), 3) if self.lags else None,
+        }
+
+
+def sweep(
+    runtime: Runtime,
+    *,
+    table: str | None = None,
+    now: int | None = None,
+    deadline: Deadline | None = None,
+    page_size: int | None = None,
+) -> SweepReport:
+    """Delete every session of ``table`` (default ``SESSION_TABLE``) whose ttl is before ``now``.
+
+    Raises:
+        MissingConfigError: no table to sweep.
+    """
+    settings = runtime.settings
+    table = table or settings.session_table
+    if not table:
+        raise MissingConfigError("nothing to sweep: set SESSION_TABLE (or pass the table)")
+    now = int(time.time()) if now is None else now
+    deadline = deadline or Deadline()
+    buckets = expiry_buckets(
+        now - settings.sweep_lookback_seconds,
+        now,
+        bucket_seconds=settings.expiry_bucket_seconds,
+        shards=settings.expiry_shards,
+    )
+    report = SweepReport(buckets=len(buckets))
+    pool = runtime.executor
+    queries = {pool.submit(_expired_in, runtime, table, bucket, now, deadline, page_size): bucket for bucket in buckets}
+    deletes: list[Future[Verdict]] = []
+    for query in as_completed(queries):
+        try:
+            found = query.result()
+        except CleanupError as exc:
+            report.failed_buckets += 1
+            log.warning("sweep query failed", extra={"table": table, "bucket": queries[query], "error": str(exc)})
+            continue
+        deletes += [pool.submit(_remove, runtime, table, expired, now, deadline, report.lags) for expired in found]
+    report.verdicts.update(delete.result() for delete in deletes)
+    _emit(runtime, report)
+    log.info("sweep finished", extra={"table": table, **report.summary()})
+    return report
+
+
+def _expired_in(
+    runtime: Runtime, table: str, bucket: str, now: int, deadline: Deadline, page_size: int | None
+) -> list[Expired]:
+    """Every index entry of one bucket whose ttl is before ``now``, all pages."""
+    names = runtime.settings.attributes
+    request: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": runtime.settings.expiry_index,
+        # Strictly before now, as DynamoDB TTL counts an item expired; the delete's condition says the same.
+        "KeyConditionExpression": "#bucket = :bucket AND #ttl < :now",
+        "ProjectionExpression": "#pk, #sk, #ttl",
+        "ExpressionAttributeNames": {
+            "#bucket": names.expiry_bucket,
+            "#ttl": names.ttl,
+            "#pk": names.pk,
+            "#sk": names.sk,
+        },
+        "ExpressionAttributeValues": {":bucket": {"S": bucket}, ":now": {"N": str(now)}},
+    }
+    if page_size is not None:
+        request["Limit"] = page_size
+    found: list[Expired] = []
+    while True:
+        page = call_with_retry(lambda: _query(runtime, request), runtime.settings, deadline)
+        found += [_expired(item, runtime.settings) for item in page.get("Items", [])]
+        if "LastEvaluatedKey" not in page:
+            return found
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _query(runtime: Runtime, request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        page: dict[str, Any] = runtime.clients.dynamodb.query(**request)
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, "Query") from exc
+    return page
+
+
+def _expired(item: dict[str, Any], settings: Settings) -> Expired:
+    names = settings.attributes
+    key = {name: item[name] for name in (names.pk, names.sk) if name in item}
+    return Expired(key=key, ttl=item[names.ttl])
+
+
+def _remove(runtime: Runtime, table: str, expired: Expired, now: int, deadline: Deadline, lags: list[float]) -> Verdict:
+    """Delete one expired session unless it was refreshed or removed since it was read."""
+    if runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
+        return Verdict.PLANNED
+    if deadline.remaining() <= 0:
+        return Verdict.DEFERRED
+    try:
+        verdict = call_with_retry(lambda: _delete(runtime, table, expired, now), runtime.settings, deadline)
+    except CleanupError as exc:
+        log.warning("sweep delete failed", extra={"table": table, "key": _key_text(expired), "error": str(exc)})
+        return Verdict.FAILED
+    if verdict is Verdict.SWEPT:
+        lags.append(time.time() - expired.ttl_seconds)  # list.append is atomic: no lock for the pool's threads
+    return verdict
+
+
+def _delete(runtime: Runtime, table: str, expired: Expired, now: int) -> Verdict:
+    names = runtime.settings.attributes
+    try:
+        runtime.clients.dynamodb.delete_item(
+            TableName=table,
+            Key=expired.key,
+            ConditionExpression="#ttl = :read AND #ttl < :now",
+            ExpressionAttributeNames={"#ttl": names.ttl},
+            ExpressionAttributeValues={":read": expired.ttl, ":now": {"N": str(now)}},
+            # Tells a refreshed session (item returned) from one already deleted (none), at no extra call.
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ClientError as exc:
+        if error_code(exc) == CONDITION_FAILED:
+            return Verdict.KEPT if exc.response.get("Item") else Verdict.GONE
+        raise translate(exc, "DeleteItem") from exc
+    except BotoCoreError as exc:
+        raise translate(exc, "DeleteItem") from exc
+    return Verdict.SWEPT
+
+
+def _emit(runtime: Runtime, report: SweepReport) -> None:
+    metrics = runtime.metrics
+    metrics.count("SessionsSwept", amount=report.verdicts[Verdict.SWEPT])
+    for verdict in (Verdict.KEPT, Verdict.GONE, Verdict.DEFERRED, Verdict.FAILED):
+        if report.verdicts[verdict]:
+            metrics.count("SessionsNotSwept", "Verdict", verdict.value, amount=report.verdicts[verdict])
+    if report.failed_buckets:
+        metrics.count("SweepQueryFailures", amount=report.failed_buckets)
+    for lag in report.lags:
+        metrics.observe("SweepLagSeconds", lag)
+    metrics.flush()
+
+
+def _key_text(expired: Expired) -> str:
+    return ",".join(f"{name}={next(iter(value.values()))}" for name, value in sorted(expired.key.items()))

@@ -1,0 +1,43 @@
+"""Injecting service errors on a real botocore client, below its retry handler (``before-send``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Any:
+        yield self._body
+
+    def read(self, *_: Any) -> bytes:
+        return self._body
+
+
+class Faults:
+    """Makes the next ``times`` calls of ``operation`` answer ``status`` with a JSON error ``code``."""
+
+    def __init__(self, client: Any, operation: str, code: str, status: int = 400, times: int = 1) -> None:
+        self.remaining = times
+        self.sent = 0
+        self.code = code
+        self.status = status
+        self._lock = threading.Lock()
+        service = client.meta.service_model.service_id.hyphenize()
+        client.meta.events.register(f"before-send.{service}.{operation}", self._answer)
+
+    def _answer(self, request: Any, **_: Any) -> AWSResponse | None:
+        with self._lock:
+            self.sent += 1
+            if self.remaining <= 0:
+                return None
+            self.remaining -= 1
+        body = json.dumps({"__type": self.code, "message": "injected"}).encode()
+        headers = {"x-amzn-ErrorType": self.code, "Content-Type": "application/x-amz-json-1.1"}
+        return AWSResponse(request.url, self.status, headers, _Raw(body))

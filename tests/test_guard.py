@@ -1,0 +1,75 @@
+"""The guard refuses every prefix that could reach outside the session's own scratch area."""
+
+from __future__ import annotations
+
+import pytest
+
+from cleanup.exceptions import MissingConfigError, UnsafePrefixError
+from cleanup.guard import ScratchLocation, resolve_prefix
+from schemas.settings import Settings
+
+SETTINGS = Settings(scratch_bucket="scratch", scratch_root="sessions/")
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "",
+        "/",
+        "sessions/",
+        "sessions",
+        "sessions/t1/abc",
+        "sessions/../other/",
+        "sessions/t1/../../",
+        "sessions/./t1/",
+        "sessions//",
+        "sessions/t1//",
+        "sessions/%2e%2e/other/",
+        "sessions/%2E%2E/",
+        "sessions/t1%2f..%2f/",
+        "sessions/t1\\..\\/",
+        "/sessions/t1/abc/",
+        "other/t1/abc/",
+        "sessionsX/t1/",
+        "s3://other-bucket/sessions/t1/abc/",
+        "s3://scratch/",
+        "s3://scratch/sessions/",
+        "https://scratch/sessions/t1/abc/",
+        "sessions/t1/\nabc/",
+    ],
+)
+def test_unsafe_prefixes_are_refused(prefix: str) -> None:
+    with pytest.raises(UnsafePrefixError):
+        resolve_prefix(prefix, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("sessions/t1/abc/", ScratchLocation("scratch", "sessions/t1/abc/")),
+        ("s3://scratch/sessions/t1/abc/", ScratchLocation("scratch", "sessions/t1/abc/")),
+        ("sessions/abc/", ScratchLocation("scratch", "sessions/abc/")),
+    ],
+)
+def test_prefixes_strictly_under_the_root_are_accepted(prefix: str, expected: ScratchLocation) -> None:
+    assert resolve_prefix(prefix, SETTINGS) == expected
+
+
+def test_tenant_scoping_refuses_another_tenants_area() -> None:
+    settings = Settings(scratch_bucket="scratch", scratch_tenant_scoped=True)
+    assert resolve_prefix("sessions/t1/abc/", settings, "t1").prefix == "sessions/t1/abc/"
+    with pytest.raises(UnsafePrefixError):
+        resolve_prefix("sessions/t2/abc/", settings, "t1")
+    with pytest.raises(UnsafePrefixError):
+        resolve_prefix("sessions/t1/", settings, "t1")
+
+
+def test_without_a_configured_bucket_nothing_is_deleted() -> None:
+    with pytest.raises(MissingConfigError, match="SCRATCH_BUCKET"):
+        resolve_prefix("sessions/t1/abc/", Settings())
+
+
+@pytest.mark.parametrize("root", ["", "/", "sessions", "/sessions/", "a//", "../x/"])
+def test_an_unsafe_scratch_root_is_a_configuration_error(root: str) -> None:
+    with pytest.raises(ValueError, match="SCRATCH_ROOT"):
+        Settings(scratch_root=root)

@@ -1,0 +1,171 @@
+"""The three record shapes, and the classification of a record into clean / skip / fail with a reason."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from cleanup.classify import classify
+from cleanup.exceptions import BadRecordError
+from schemas.outcomes import Reason
+from schemas.records import RecordError, Source, UnreadableRecord, parse_record, read_lambda_event, read_record
+from schemas.settings import Settings
+
+NOW = 1_800_000_000
+ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/sessions/stream/2026-11-29T00:00:00.000"
+SETTINGS = Settings(scratch_bucket="scratch")
+
+
+def change(event_name: str = "REMOVE", *, ttl: int = NOW + 600, created: float = NOW, **fields: Any) -> dict[str, Any]:
+    old = {
+        "pk": {"S": "session#abc"},
+        "sk": {"S": "meta"},
+        "connectionId": {"S": "c-1="},
+        "scratchPrefix": {"S": "sessions/t1/abc/"},
+        "grantId": {"S": "g-1"},
+        "tenantId": {"S": "t1"},
+        "ttl": {"N": str(ttl)},
+    }
+    record: dict[str, Any] = {
+        "eventID": "e-1",
+        "eventName": event_name,
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": created,
+            "Keys": {"pk": old["pk"], "sk": old["sk"]},
+            "OldImage": old,
+            "SequenceNumber": "4100000000000000000001",
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+    }
+    record.update(fields)
+    return record
+
+
+def test_a_lambda_record_names_its_table_through_the_stream_arn() -> None:
+    record = parse_record({**change(), "eventSourceARN": ARN})
+    assert record.source is Source.LAMBDA
+    assert record.table == "sessions"
+    assert record.created_at == NOW
+
+
+def test_a_kinesis_record_has_milliseconds_and_an_outside_sequence_number() -> None:
+    raw = change(created=NOW * 1000, tableName="sessions", recordFormat="application/json")
+    del raw["dynamodb"]["SequenceNumber"]
+    record = parse_record(raw, sequence_number="49590338271490256608559692538361571095921575989136588898")
+    assert record.source is Source.KINESIS
+    assert record.created_at == NOW
+    assert record.table == "sessions"
+    assert record.sequence_number.startswith("4959")
+
+
+def test_a_record_already_parsed_by_boto3_is_accepted() -> None:
+    raw = change()
+    raw["dynamodb"]["ApproximateCreationDateTime"] = datetime.fromtimestamp(NOW, UTC)
+    assert parse_record(raw, Source.STREAMS).created_at == NOW
+
+
+def test_a_malformed_record_is_reported_by_its_sequence_number() -> None:
+    raw = change()
+    raw["dynamodb"]["Keys"] = "not-a-map"
+    record = read_record(raw)
+    assert isinstance(record, UnreadableRecord)
+    assert record.sequence_number == "4100000000000000000001"
+    assert "dynamodb.Keys" in record.error
+
+
+def test_a_lambda_event_with_an_unreadable_sequence_number_fails_whole() -> None:
+    raw = change()
+    del raw["dynamodb"]["SequenceNumber"]
+    with pytest.raises(RecordError, match="record 1 of the event"):
+        read_lambda_event({"Records": [change(), raw]})
+
+
+@pytest.mark.parametrize(
+    "identity",
+    [
+        {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+        {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"},
+    ],
+)
+def test_a_ttl_delete_is_told_by_its_user_identity_in_either_spelling(identity: dict[str, str]) -> None:
+    decision = classify(parse_record(change(ttl=NOW - 90, userIdentity=identity)), SETTINGS)
+    assert decision.reason is Reason.TTL
+    assert decision.ttl_lag_seconds == 90
+
+
+def test_a_delete_after_the_ttl_without_identity_is_expired() -> None:
+    assert classify(parse_record(change(ttl=NOW - 1)), SETTINGS).reason is Reason.EXPIRED
+
+
+def test_a_delete_before_the_ttl_is_explicit() -> None:
+    assert classify(parse_record(change(ttl=NOW + 1)), SETTINGS).reason is Reason.EXPLICIT
+
+
+def test_another_service_identity_is_not_ttl() -> None:
+    identity = {"type": "Service", "principalId": "other.amazonaws.com"}
+    assert classify(parse_record(change(ttl=NOW + 5, userIdentity=identity)), SETTINGS).reason is Reason.EXPLICIT
+
+
+@pytest.mark.parametrize("event_name", ["INSERT", "MODIFY"])
+def test_inserts_and_modifies_are_skipped(event_name: str) -> None:
+    decision = classify(parse_record(change(event_name)), SETTINGS)
+    assert decision.session is None
+    assert event_name in (decision.skip_reason or "")
+
+
+def test_a_remove_without_old_image_names_the_cause_and_the_fix() -> None:
+    raw = change()
+    del raw["dynamodb"]["OldImage"]
+    raw["dynamodb"]["StreamViewType"] = "KEYS_ONLY"
+    with pytest.raises(BadRecordError, match=r"KEYS_ONLY.*NEW_AND_OLD_IMAGES"):
+        classify(parse_record(raw), SETTINGS)
+
+
+def test_an_entity_without_session_attributes_is_not_a_session() -> None:
+    raw = change()
+    raw["dynamodb"]["OldImage"] = {"pk": {"S": "order#1"}, "sk": {"S": "meta"}, "ttl": {"N": "1"}}
+    decision = classify(parse_record(raw), SETTINGS)
+    assert decision.session is None
+    assert "not a session" in (decision.skip_reason or "")
+
+
+def test_a_key_outside_the_session_key_prefix_is_not_a_session() -> None:
+    decision = classify(parse_record(change()), Settings(scratch_bucket="scratch", session_key_prefix="sess:"))
+    assert decision.session is None
+
+
+def test_a_malformed_image_value_fails_naming_the_attribute() -> None:
+    raw = change()
+    raw["dynamodb"]["OldImage"]["ttl"] = {"N": "not-a-number"}
+    with pytest.raises(BadRecordError, match=r"OldImage\.ttl"):
+        classify(parse_record(raw), SETTINGS)
+
+
+def test_a_session_attribute_of_the_wrong_type_fails_naming_it() -> None:
+    raw = change()
+    raw["dynamodb"]["OldImage"]["grantId"] = {"N": "5"}
+    with pytest.raises(BadRecordError, match="grantId"):
+        classify(parse_record(raw), SETTINGS)
+
+
+def test_attribute_names_are_configurable() -> None:
+    raw = change()
+    old = raw["dynamodb"]["OldImage"]
+    old["socket"] = old.pop("connectionId")
+    settings = Settings(scratch_bucket="scratch", attributes={"connection_id": "socket"})
+    decision = classify(parse_record(raw), settings)
+    assert decision.session is not None
+    assert decision.session.connection_id == "c-1="
+
+
+def test_binary_keys_round_trip_through_json() -> None:
+    raw = change()
+    raw["dynamodb"]["Keys"] = {"pk": {"B": base64.b64encode(b"\x01\x02").decode()}}
+    record = parse_record(json.loads(json.dumps(raw)))
+    assert record.keys["pk"]["B"] == "AQI="
