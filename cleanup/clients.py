@@ -8,7 +8,7 @@ concurrency, or threads would queue for a connection.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 import boto3
 from botocore.config import Config
@@ -41,7 +41,7 @@ class Clients:
                 if client is None:
                     if self._session is None:
                         self._session = boto3.session.Session()
-                    client = self._session.client(service, endpoint_url=endpoint_url, config=self.config)
+                    client = self._session.client(cast(Any, service), endpoint_url=endpoint_url, config=self.config)
                     self._clients[key] = client
         return client
 

@@ -6,7 +6,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_any,
+    wait_random_exponential,
+)
 
 from cleanup.exceptions import TransientError
 from schemas.settings import Settings
@@ -54,7 +61,7 @@ def call_with_retry(
 
     retrying = Retrying(
         retry=retry_if_exception_type(TransientError),
-        stop=stop_after_attempt(settings.retry_attempts) | out_of_time,
+        stop=stop_any(stop_after_attempt(settings.retry_attempts), out_of_time),
         wait=wait_random_exponential(multiplier=0.05, max=settings.retry_max_wait_seconds),
         before_sleep=before_sleep,
         reraise=True,

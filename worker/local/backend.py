@@ -12,9 +12,9 @@ import os
 import threading
 from typing import Any
 
-from moto.core import DEFAULT_ACCOUNT_ID
 from moto.server import ThreadedMotoServer
 
+DEFAULT_ACCOUNT_ID = "123456789012"  # moto's account
 TTL_IDENTITY = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
 CREDENTIAL_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
