@@ -52,8 +52,9 @@ def call_with_retry(
 ) -> T:
     """Call ``fn``; retry it on ``TransientError`` while attempts and time remain, then re-raise the last error."""
 
-    def out_of_time(state: RetryCallState) -> bool:
-        return deadline.remaining() <= (state.upcoming_sleep or 0.0)
+    class out_of_time(stop_base):  # noqa: N801 - reads as a condition, like tenacity's own stops
+        def __call__(self, state: RetryCallState) -> bool:
+            return deadline.remaining() <= (state.upcoming_sleep or 0.0)
 
     def before_sleep(state: RetryCallState) -> None:
         if on_retry is not None and state.outcome is not None and state.outcome.exception() is not None:
@@ -61,7 +62,7 @@ def call_with_retry(
 
     retrying = Retrying(
         retry=retry_if_exception_type(TransientError),
-        stop=stop_any(stop_after_attempt(settings.retry_attempts), out_of_time),
+        stop=stop_after_attempt(settings.retry_attempts) | out_of_time(),
         wait=wait_random_exponential(multiplier=0.05, max=settings.retry_max_wait_seconds),
         before_sleep=before_sleep,
         reraise=True,
