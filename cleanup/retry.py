@@ -6,14 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_any,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity.stop import stop_base
 
 from cleanup.exceptions import TransientError
 from schemas.settings import Settings
@@ -44,6 +38,16 @@ class Deadline:
         return float("inf") if self.at is None else self.at - time.monotonic()
 
 
+class _OutOfTime(stop_base):
+    """Stop when the next backoff would end past the deadline."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.deadline.remaining() <= (retry_state.upcoming_sleep or 0.0)
+
+
 def call_with_retry(
     fn: Callable[[], T],
     settings: Settings,
@@ -52,17 +56,13 @@ def call_with_retry(
 ) -> T:
     """Call ``fn``; retry it on ``TransientError`` while attempts and time remain, then re-raise the last error."""
 
-    class out_of_time(stop_base):  # noqa: N801 - reads as a condition, like tenacity's own stops
-        def __call__(self, state: RetryCallState) -> bool:
-            return deadline.remaining() <= (state.upcoming_sleep or 0.0)
-
     def before_sleep(state: RetryCallState) -> None:
         if on_retry is not None and state.outcome is not None and state.outcome.exception() is not None:
             on_retry(state.outcome.exception())  # type: ignore[arg-type]
 
     retrying = Retrying(
         retry=retry_if_exception_type(TransientError),
-        stop=stop_after_attempt(settings.retry_attempts) | out_of_time(),
+        stop=stop_after_attempt(settings.retry_attempts) | _OutOfTime(deadline),
         wait=wait_random_exponential(multiplier=0.05, max=settings.retry_max_wait_seconds),
         before_sleep=before_sleep,
         reraise=True,
