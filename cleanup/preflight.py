@@ -1,0 +1,219 @@
+"""Preflight: does the account hold what the worker's settings say it will find?
+
+Each check reads one thing (DescribeTable, DescribeTimeToLive, HeadBucket, GetBucketLifecycleConfiguration,
+DescribeKey) and says passed or failed, with the fix for a failure. Checks never change anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.aws_errors import error_code
+
+OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
+TTL_ON = ("ENABLED", "ENABLING")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the worker is configured to use (from the settings, overridden by the command line)."""
+
+    table: str | None
+    ttl_attribute: str
+    bucket: str | None
+    scratch_root: str
+    kms_key_id: str | None
+    callback_url: str | None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One line of the preflight: what was checked, whether it passed, what was found, and how to fix it."""
+
+    name: str
+    passed: bool
+    detail: str
+    fix: str = ""
+
+
+Check = Callable[[Any, Target], CheckResult]
+
+
+def run_checks(clients: Any, target: Target) -> list[CheckResult]:
+    """Every check, in order; a check that cannot reach AWS fails with the error instead of stopping the rest."""
+    results = []
+    for check in CHECKS:
+        try:
+            results.append(check(clients, target))
+        except (ClientError, BotoCoreError) as exc:
+            name = check.__name__.removeprefix("check_")
+            results.append(CheckResult(name, False, f"could not check: {exc}", "check credentials and permissions"))
+    return results
+
+
+def check_table(clients: Any, target: Target) -> CheckResult:
+    """The session table exists."""
+    name = "session table exists"
+    if not target.table:
+        return CheckResult(name, False, "no table configured", "set SESSION_TABLE or pass --table-name")
+    table = _describe_table(clients, target.table)
+    if table is None:
+        return CheckResult(name, False, f"{target.table} not found", "create it, or point SESSION_TABLE at it")
+    return CheckResult(name, True, f"{target.table} ({table.get('TableStatus', '?')})")
+
+
+def check_ttl(clients: Any, target: Target) -> CheckResult:
+    """DynamoDB TTL is enabled on the attribute the worker reads as the ttl."""
+    name = f"TTL enabled on {target.ttl_attribute!r}"
+    if not target.table or _describe_table(clients, target.table) is None:
+        return CheckResult(name, False, "no table to check", "fix the table first")
+    ttl = clients.dynamodb.describe_time_to_live(TableName=target.table)["TimeToLiveDescription"]
+    status, attribute = ttl.get("TimeToLiveStatus", "DISABLED"), ttl.get("AttributeName")
+    fix = (
+        f"aws dynamodb update-time-to-live --table-name {target.table} "
+        f"--time-to-live-specification Enabled=true,AttributeName={target.ttl_attribute}"
+    )
+    if status not in TTL_ON:
+        return CheckResult(name, False, f"TTL is {status}", fix)
+    if attribute != target.ttl_attribute:
+        return CheckResult(
+            name, False, f"TTL is on {attribute!r}", f"set ATTR_TTL={attribute} (or --ttl-attribute), or {fix}"
+        )
+    return CheckResult(name, True, f"{status} on {attribute!r}")
+
+
+def check_stream(clients: Any, target: Target) -> CheckResult:
+    """The table's stream is enabled with a view type that carries the old image (what a REMOVE cleans)."""
+    name = "stream enabled with an old image"
+    table = _describe_table(clients, target.table) if target.table else None
+    if table is None:
+        return CheckResult(name, False, "no table to check", "fix the table first")
+    spec = table.get("StreamSpecification") or {}
+    view = spec.get("StreamViewType") if spec.get("StreamEnabled") else None
+    fix = (
+        f"aws dynamodb update-table --table-name {target.table} "
+        "--stream-specification StreamEnabled=true,StreamViewType=NEW_AND_OLD_IMAGES"
+    )
+    if view is None:
+        return CheckResult(name, False, "no stream", fix)
+    if view not in OLD_IMAGE_VIEWS:
+        return CheckResult(
+            name, False, f"view type {view}: a REMOVE carries nothing to clean", f"disable the stream, then {fix}"
+        )
+    return CheckResult(name, True, f"{view} ({table.get('LatestStreamArn', '')})")
+
+
+def check_bucket(clients: Any, target: Target) -> CheckResult:
+    """The scratch bucket exists and is reachable."""
+    name = "scratch bucket exists"
+    if not target.bucket:
+        return CheckResult(name, False, "no bucket configured", "set SCRATCH_BUCKET or pass --bucket")
+    if not _bucket_exists(clients, target.bucket):
+        return CheckResult(
+            name, False, f"{target.bucket} not found or not accessible", "create it, or fix SCRATCH_BUCKET"
+        )
+    return CheckResult(name, True, target.bucket)
+
+
+def check_lifecycle(clients: Any, target: Target) -> CheckResult:
+    """Enabled lifecycle rules over the scratch root expire current and noncurrent versions (the backstop)."""
+    name = f"lifecycle backstop covers {target.scratch_root!r}"
+    fix = (
+        f"add enabled lifecycle rules with prefix {target.scratch_root!r}: Expiration Days, "
+        "NoncurrentVersionExpiration, ExpiredObjectDeleteMarker (README, 'Deploying to Lambda')"
+    )
+    if not target.bucket or not _bucket_exists(clients, target.bucket):
+        return CheckResult(name, False, "no bucket to check", "fix the bucket first")
+    try:
+        rules = clients.s3.get_bucket_lifecycle_configuration(Bucket=target.bucket).get("Rules", [])
+    except ClientError as exc:
+        if error_code(exc) != "NoSuchLifecycleConfiguration":
+            raise
+        return CheckResult(name, False, "the bucket has no lifecycle configuration", fix)
+    covering = [rule for rule in rules if _covers(rule, target.scratch_root)]
+    current = [r["ID"] for r in covering if r.get("Expiration", {}).get("Days") or r.get("Expiration", {}).get("Date")]
+    noncurrent = [r["ID"] for r in covering if r.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays")]
+    missing = [what for what, ids in (("current", current), ("noncurrent", noncurrent)) if not ids]
+    if missing:
+        return CheckResult(name, False, f"no enabled rule over the root expires {' or '.join(missing)} versions", fix)
+    return CheckResult(name, True, f"rules {', '.join(sorted(set(current + noncurrent)))}")
+
+
+def check_key(clients: Any, target: Target) -> CheckResult:
+    """The grants' KMS key exists, is enabled, and is configured by ARN (RetireGrant needs the ARN)."""
+    name = "KMS key exists and is enabled"
+    if not target.kms_key_id:
+        return CheckResult(name, False, "no key configured", "set KMS_KEY_ID (the key ARN) or pass --kms-key-id")
+    try:
+        key = clients.kms.describe_key(KeyId=target.kms_key_id)["KeyMetadata"]
+    except ClientError as exc:
+        if error_code(exc) != "NotFoundException":
+            raise
+        return CheckResult(name, False, f"{target.kms_key_id} not found", "fix KMS_KEY_ID")
+    if key.get("KeyState") != "Enabled":
+        return CheckResult(
+            name, False, f"key state {key.get('KeyState')}", f"aws kms enable-key --key-id {key['KeyId']}"
+        )
+    if target.kms_key_id != key["Arn"]:
+        # RetireGrant does not take a key id or an alias.
+        return CheckResult(name, False, "KMS_KEY_ID is not the key ARN", f"set KMS_KEY_ID={key['Arn']}")
+    return CheckResult(name, True, key["Arn"])
+
+
+def check_callback(clients: Any, target: Target) -> CheckResult:
+    """The WebSocket management endpoint is set (items without a callbackUrl use it)."""
+    name = "callback endpoint set"
+    fix = "set WS_CALLBACK_URL=https://<api-id>.execute-api.<region>.amazonaws.com/<stage> (or --callback-url)"
+    if not target.callback_url:
+        return CheckResult(name, False, "no WS_CALLBACK_URL", fix)
+    url = urlsplit(target.callback_url)
+    if url.scheme not in ("https", "http") or not url.hostname:
+        return CheckResult(name, False, f"{target.callback_url!r} is not an http(s) URL", fix)
+    return CheckResult(name, True, target.callback_url)
+
+
+CHECKS: tuple[Check, ...] = (
+    check_table,
+    check_ttl,
+    check_stream,
+    check_bucket,
+    check_lifecycle,
+    check_key,
+    check_callback,
+)
+
+
+def _describe_table(clients: Any, table: str | None) -> dict[str, Any] | None:
+    try:
+        description: dict[str, Any] = clients.dynamodb.describe_table(TableName=table)["Table"]
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            return None
+        raise
+    return description
+
+
+def _bucket_exists(clients: Any, bucket: str) -> bool:
+    try:
+        clients.s3.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if error_code(exc) in ("404", "NoSuchBucket", "403", "AccessDenied", "Forbidden"):
+            return False
+        raise
+    return True
+
+
+def _covers(rule: dict[str, Any], root: str) -> bool:
+    """An enabled rule whose only filter is a prefix that every key under ``root`` has."""
+    if rule.get("Status") != "Enabled":
+        return False
+    filters: Iterable[str] = (rule.get("Filter") or {}).keys()
+    if set(filters) - {"Prefix"}:
+        return False  # tags or sizes: not every object under the root
+    prefix = (rule.get("Filter") or {}).get("Prefix", rule.get("Prefix", ""))
+    return root.startswith(prefix)

@@ -1,0 +1,207 @@
+"""``cleanup-worker check`` against moto over HTTP: a correct stack passes, each misconfiguration fails with its fix."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from tests.stack import SessionStack, client
+from worker import check
+
+CALLBACK = "https://abcdef1234.execute-api.us-east-1.amazonaws.com/prod"
+SETTINGS_ENV = ("SESSION_TABLE", "SCRATCH_BUCKET", "SCRATCH_ROOT", "KMS_KEY_ID", "WS_CALLBACK_URL", "ATTR_TTL")
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in SETTINGS_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def add_backstop(stack: SessionStack, prefix: str = "sessions/", *, noncurrent: bool = True) -> None:
+    rules: list[dict[str, Any]] = [
+        {"ID": "expire-current", "Status": "Enabled", "Filter": {"Prefix": prefix}, "Expiration": {"Days": 7}}
+    ]
+    if noncurrent:
+        rules.append(
+            {
+                "ID": "expire-versions",
+                "Status": "Enabled",
+                "Filter": {"Prefix": prefix},
+                "NoncurrentVersionExpiration": {"NoncurrentDays": 7},
+                "Expiration": {"ExpiredObjectDeleteMarker": True},
+            }
+        )
+    stack.s3.put_bucket_lifecycle_configuration(Bucket=stack.bucket, LifecycleConfiguration={"Rules": rules})
+
+
+def run(stack: SessionStack, capsys: pytest.CaptureFixture[str], **overrides: str | None) -> tuple[int, list[str]]:
+    options: dict[str, str | None] = {
+        "--table-name": stack.table,
+        "--bucket": stack.bucket,
+        "--kms-key-id": stack.key_arn,
+        "--callback-url": CALLBACK,
+    }
+    options.update({f"--{name.replace('_', '-')}": value for name, value in overrides.items()})
+    argv = [part for option, value in options.items() if value is not None for part in (option, value)]
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+    code = check.main(parser.parse_args(argv))
+    return code, capsys.readouterr().out.splitlines()
+
+
+def failures(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("FAIL")]
+
+
+def new_table(stream_view: str | None) -> str:
+    ddb = client("dynamodb")
+    name = f"other-{stream_view or 'nostream'}".lower().replace("_", "-")
+    if name in ddb.list_tables()["TableNames"]:
+        return name
+    spec = {"StreamEnabled": True, "StreamViewType": stream_view} if stream_view else {"StreamEnabled": False}
+    ddb.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification=spec,
+    )
+    ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+    return name
+
+
+def test_a_correct_stack_passes_every_check(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys)
+
+    assert code == 0
+    assert len(lines) == 7
+    assert all(line.startswith("ok ") for line in lines), lines
+
+
+def test_ttl_disabled_fails_with_the_command_that_enables_it(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_backstop(stack)
+    stack.ddb.update_time_to_live(
+        TableName=stack.table, TimeToLiveSpecification={"Enabled": False, "AttributeName": "ttl"}
+    )
+
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "TTL enabled on 'ttl'" in line and "update-time-to-live" in line
+
+
+def test_ttl_on_another_attribute_fails(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys, ttl_attribute="expiresAt")
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "TTL is on 'ttl'" in line and "ATTR_TTL=ttl" in line
+
+
+@pytest.mark.parametrize(("view", "expected"), [("KEYS_ONLY", "view type KEYS_ONLY"), (None, "no stream")])
+def test_a_stream_without_the_old_image_fails(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str], view: str | None, expected: str
+) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys, table_name=new_table(view))
+
+    assert code == 1
+    [line] = failures(lines)
+    assert line.startswith("FAIL stream enabled") and expected in line and "NEW_AND_OLD_IMAGES" in line
+
+
+def test_a_missing_table_fails_its_three_checks(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys, table_name="no-such-table")
+
+    assert code == 1
+    assert [line.split(":")[0] for line in failures(lines)] == [
+        "FAIL session table exists",
+        "FAIL TTL enabled on 'ttl'",
+        "FAIL stream enabled with an old image",
+    ]
+
+
+def test_a_missing_bucket_fails_bucket_and_lifecycle(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines = run(stack, capsys, bucket="no-such-bucket-anywhere")
+
+    assert code == 1
+    assert [line.split(":")[0] for line in failures(lines)] == [
+        "FAIL scratch bucket exists",
+        "FAIL lifecycle backstop covers 'sessions/'",
+    ]
+
+
+def test_a_bucket_without_lifecycle_fails_the_backstop(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "no lifecycle configuration" in line and "NoncurrentVersionExpiration" in line
+
+
+def test_a_backstop_on_another_prefix_does_not_cover_the_root(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_backstop(stack, prefix="uploads/")
+
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "expires current or noncurrent versions" in line
+
+
+def test_a_backstop_without_noncurrent_expiry_fails(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack, noncurrent=False)
+
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "expires noncurrent versions" in line
+
+
+def test_a_disabled_key_fails_with_enable_key(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+    stack.kms.disable_key(KeyId=stack.key_arn.rsplit("/", 1)[1])  # moto takes only the bare id here
+
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "key state Disabled" in line and "enable-key" in line
+
+
+def test_a_key_given_by_id_fails_because_retire_grant_needs_the_arn(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys, kms_key_id=stack.key_arn.rsplit("/", 1)[1])
+
+    assert code == 1
+    [line] = failures(lines)
+    assert f"KMS_KEY_ID={stack.key_arn}" in line
+
+
+def test_no_callback_url_fails(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys, callback_url=None)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert line.startswith("FAIL callback endpoint set") and "WS_CALLBACK_URL=" in line

@@ -1,0 +1,57 @@
+"""``cleanup-worker check``: preflight the account against the worker's settings, one line per check.
+
+Each option defaults to the worker's own setting (the environment variable in brackets), so running it with the
+deployed function's environment checks exactly what the function will use. Exit 0 when every check passed, 1
+otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cleanup.clients import Clients
+from cleanup.preflight import CheckResult, Target, run_checks
+from schemas.settings import Settings
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table-name", help="the session table [SESSION_TABLE]")
+    parser.add_argument("--ttl-attribute", help="the attribute TTL must be enabled on [ATTR_TTL, default ttl]")
+    parser.add_argument("--bucket", help="the scratch bucket [SCRATCH_BUCKET]")
+    parser.add_argument("--scratch-root", help="the root the lifecycle backstop must cover [SCRATCH_ROOT]")
+    parser.add_argument("--kms-key-id", help="the grants' key, as an ARN [KMS_KEY_ID]")
+    parser.add_argument("--callback-url", help="the WebSocket management endpoint [WS_CALLBACK_URL]")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run every check, print one line each, and exit non-zero if any failed."""
+    settings = Settings.from_env()
+    results = run_checks(Clients(settings), target_from(args, settings))
+    for result in results:
+        print(format_line(result))
+    failed = sum(not result.passed for result in results)
+    print(f"{len(results) - failed} passed, {failed} failed", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def target_from(args: argparse.Namespace, settings: Settings) -> Target:
+    """The settings, with what the command line gives instead."""
+    return Target(
+        table=args.table_name or settings.session_table,
+        ttl_attribute=args.ttl_attribute or settings.attributes.ttl,
+        bucket=args.bucket or settings.scratch_bucket,
+        scratch_root=args.scratch_root or settings.scratch_root,
+        kms_key_id=args.kms_key_id or settings.kms_key_id,
+        callback_url=args.callback_url or settings.ws_callback_url,
+    )
+
+
+def format_line(result: CheckResult) -> str:
+    """``ok   name: detail`` or ``FAIL name: detail -- fix: ...``."""
+    if result.passed:
+        return f"ok   {result.name}: {result.detail}"
+    return f"FAIL {result.name}: {result.detail} -- fix: {result.fix}"
