@@ -1,0 +1,248 @@
+"""``cleanup-worker demo``: the whole worker on a local stack, end to end, in well under a minute.
+
+Starts an embedded moto server and a local WebSocket gateway on loopback; creates the session table (TTL, a
+NEW_AND_OLD_IMAGES stream and the sweeper's expiry index), the scratch bucket and a KMS key; opens real WebSocket
+clients and creates their sessions (item, connection, grant, scratch objects). Then some sessions expire by TTL
+(simulated: moto has no TTL process), some are ended explicitly, some have a ttl in the past and are left to the
+sweeper, and some stay live. The stream poller runs until the stream is drained; the demo then checks every session
+against what must have happened, prints a table and a summary, and exits 1 if anything is left unclean or any live
+session was touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PLAN = (("ttl", 4), ("explicit", 3), ("sweep", 3), ("live", 2))
+EXPECTED_REASON = {"ttl": "ttl", "explicit": "explicit", "sweep": "expired", "live": None}
+
+
+@dataclass
+class DemoSession:
+    session_id: str
+    fate: str
+    tenant: str
+    prefix: str
+    grant_id: str
+    client: Any = field(repr=False)
+    objects: int = 0
+    reason: str | None = None
+    socket_closed: bool = False
+    grant_retired: bool = False
+    objects_left: int = 0
+
+    @property
+    def ok(self) -> bool:
+        if self.fate == "live":
+            return not self.socket_closed and not self.grant_retired and self.objects_left == self.objects
+        return (
+            self.reason == EXPECTED_REASON[self.fate]
+            and self.socket_closed
+            and self.grant_retired
+            and self.objects_left == 0
+        )
+
+
+class OutcomeLog(logging.Handler):
+    """Collects the worker's per-record outcome log lines (its structured logs are the demo's source of truth)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.reasons: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        key, reason = getattr(record, "key", None), getattr(record, "reason", None)
+        if key and reason and getattr(record, "status", None) == "cleaned":
+            self.reasons[key] = reason
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--objects", type=int, default=40, help="scratch objects per session (default 40)")
+    parser.add_argument("--verbose", action="store_true", help="also show the worker's JSON logs on stderr")
+
+
+def main(args: argparse.Namespace) -> int:
+    from worker.local.backend import LocalAws
+    from worker.local.gateway import LocalGateway
+
+    started = time.monotonic()
+    progress("starting moto and the WebSocket gateway on 127.0.0.1")
+    with LocalAws() as aws, LocalGateway() as gateway:
+        aws.use()
+        return Demo(aws, gateway, objects=args.objects, verbose=args.verbose).run(started)
+
+
+def progress(message: str) -> None:
+    print(f"[demo] {message}", file=sys.stderr, flush=True)
+
+
+class Demo:
+    def __init__(self, aws: Any, gateway: Any, *, objects: int, verbose: bool) -> None:
+        import boto3
+
+        self.aws, self.gateway, self.objects, self.verbose = aws, gateway, objects, verbose
+        self.ddb = boto3.client("dynamodb")
+        self.s3 = boto3.client("s3")
+        self.kms = boto3.client("kms")
+        self.table, self.bucket = "demo-sessions", "demo-scratch"
+        self.sessions: list[DemoSession] = []
+
+    def run(self, started: float) -> int:
+        from cleanup.runtime import Runtime
+        from cleanup.telemetry import configure_logging, log
+        from schemas.settings import Settings
+
+        stream_arn, key_arn = self.create_stack()
+        settings = Settings(
+            scratch_bucket=self.bucket,
+            kms_key_id=key_arn,
+            ws_callback_url=self.gateway.callback_url,
+            session_table=self.table,
+            checkpoint_table=f"{self.table}-checkpoints",
+            poll_interval_seconds=0.05,
+            metrics_destination="off",
+        )
+        configure_logging(settings)
+        log.handlers[0].setLevel(logging.INFO if self.verbose else logging.WARNING)
+        outcomes = OutcomeLog()
+        log.addHandler(outcomes)
+        runtime = Runtime(settings)
+        try:
+            self.create_sessions(key_arn, settings)
+            self.end_sessions(runtime)
+            self.consume(runtime, stream_arn)
+            self.observe(key_arn, outcomes)
+        finally:
+            runtime.close()
+            for session in self.sessions:
+                session.client.close()
+        return self.report(time.monotonic() - started)
+
+    def create_stack(self) -> tuple[str, str]:
+        progress("creating the session table (TTL, NEW_AND_OLD_IMAGES stream, expiry index), bucket and KMS key")
+        table = self.ddb.create_table(
+            TableName=self.table,
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+                {"AttributeName": "expiryBucket", "AttributeType": "S"},
+                {"AttributeName": "ttl", "AttributeType": "N"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "expiry-index",
+                    "KeySchema": [
+                        {"AttributeName": "expiryBucket", "KeyType": "HASH"},
+                        {"AttributeName": "ttl", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            ],
+            BillingMode="PAY_PER_REQUEST",
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )["TableDescription"]
+        self.ddb.update_time_to_live(
+            TableName=self.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+        )
+        self.s3.create_bucket(Bucket=self.bucket)
+        key_arn = self.kms.create_key(Description="demo session grants")["KeyMetadata"]["Arn"]
+        return str(table["LatestStreamArn"]), str(key_arn)
+
+    def create_sessions(self, key_arn: str, settings: Any) -> None:
+        from cleanup.sessions import create_session
+
+        total = sum(count for _, count in PLAN)
+        progress(f"opening {total} WebSocket clients and creating their sessions ({self.objects} objects each)")
+        for fate, count in PLAN:
+            for n in range(count):
+                session_id = f"{fate}-{n + 1}"
+                tenant = f"tenant-{n % 2 + 1}"
+                prefix = f"sessions/{tenant}/{session_id}/"
+                client = self.gateway.connect()
+                grant_id = self.kms.create_grant(
+                    KeyId=key_arn,
+                    GranteePrincipal=f"arn:aws:iam::123456789012:role/agent-{session_id}",
+                    RetiringPrincipal="arn:aws:iam::123456789012:role/session-cleanup",
+                    Operations=["Decrypt"],
+                )["GrantId"]
+                for i in range(self.objects):
+                    self.s3.put_object(Bucket=self.bucket, Key=f"{prefix}scratch-{i:04d}.json", Body=b"{}")
+                # Sessions bound for TTL or the sweeper get a ttl already in the past.
+                ttl_seconds = -120 if fate in ("ttl", "sweep") else 3600
+                create_session(
+                    self.ddb,
+                    self.table,
+                    session_id,
+                    tenant_id=tenant,
+                    scratch_prefix=prefix,
+                    ttl_seconds=ttl_seconds,
+                    connection_id=client.connection_id,
+                    grant_id=grant_id,
+                    names=settings.attributes,
+                    bucket_seconds=settings.expiry_bucket_seconds,
+                )
+                self.sessions.append(DemoSession(session_id, fate, tenant, prefix, grant_id, client, self.objects))
+
+    def end_sessions(self, runtime: Any) -> None:
+        from cleanup.sessions import end_session, session_key
+        from cleanup.sweeper import sweep
+
+        ttl = [s for s in self.sessions if s.fate == "ttl"]
+        progress(f"expiring {len(ttl)} sessions by TTL (a TTL delete, userIdentity dynamodb.amazonaws.com)")
+        for session in ttl:
+            self.aws.expire_by_ttl(self.table, session_key(session.session_id, runtime.settings.attributes))
+        explicit = [s for s in self.sessions if s.fate == "explicit"]
+        progress(f"ending {len(explicit)} sessions explicitly (logout)")
+        for session in explicit:
+            end_session(self.ddb, self.table, session.session_id, names=runtime.settings.attributes)
+        report = sweep(runtime, table=self.table)
+        progress(f"sweeper: {report.summary()}")
+
+    def consume(self, runtime: Any, stream_arn: str) -> None:
+        from worker.stream_poller import StreamPoller
+
+        progress("stream poller: consuming the table's stream until it is drained")
+        summary = StreamPoller(runtime, stream_arn, consumer_id="demo").run(until_idle=True)
+        progress(f"stream poller: {summary}")
+
+    def observe(self, key_arn: str, outcomes: OutcomeLog) -> None:
+        for session in self.sessions:
+            session.socket_closed = session.client.wait_closed(2.0 if session.fate != "live" else 0.0)
+        grants = {g["GrantId"] for g in self.kms.list_grants(KeyId=key_arn)["Grants"]}
+        for session in self.sessions:
+            session.grant_retired = session.grant_id not in grants
+            listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=session.prefix)
+            session.objects_left = listed.get("KeyCount", 0)
+            session.reason = next(
+                (reason for key, reason in outcomes.reasons.items() if f"pk=session#{session.session_id}," in key),
+                None,
+            )
+
+    def report(self, elapsed: float) -> int:
+        header = f"{'session':<12} {'tenant':<9} {'fate':<9} {'reason':<9} {'socket':<8} {'grant':<8} {'objects':<9} ok"
+        print(header)
+        print("-" * len(header))
+        for s in self.sessions:
+            objects = f"{s.objects - s.objects_left}/{s.objects}" if s.fate != "live" else f"{s.objects_left} kept"
+            print(
+                f"{s.session_id:<12} {s.tenant:<9} {s.fate:<9} {s.reason or '-':<9} "
+                f"{'closed' if s.socket_closed else 'open':<8} {'retired' if s.grant_retired else 'active':<8} "
+                f"{objects:<9} {'yes' if s.ok else 'NO'}"
+            )
+        bad = [s.session_id for s in self.sessions if not s.ok]
+        cleaned = sum(1 for s in self.sessions if s.fate != "live" and s.ok)
+        ended = sum(1 for s in self.sessions if s.fate != "live")
+        live = sum(1 for s in self.sessions if s.fate == "live" and s.ok)
+        print(
+            f"\n{cleaned}/{ended} ended sessions cleaned, {live} live sessions untouched, "
+            f"{len(bad)} problems, in {elapsed:.1f} s"
+        )
+        if bad:
+            print(f"NOT CLEAN: {', '.join(bad)}")
+        return 1 if bad else 0
