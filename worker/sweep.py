@@ -1,0 +1,68 @@
+"""``cleanup-worker sweep`` and the scheduled Lambda ``worker.sweep.handler``: one sweep of expired sessions.
+
+Both run :func:`cleanup.sweeper.sweep` once over ``SESSION_TABLE``. The sweep's deletes reach the usual cleanup
+through the table's stream; this entry point only turns the sweep's report into an exit code or a Lambda result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cleanup.exceptions import MissingConfigError
+from cleanup.retry import Deadline
+from cleanup.runtime import Runtime
+from cleanup.sweeper import sweep
+from cleanup.telemetry import configure_logging
+from schemas.settings import Settings
+
+EXIT_FAILURES = 1
+EXIT_CONFIG = 2
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """The process's runtime, built from the environment on the first invocation and kept while warm."""
+    global _runtime
+    if _runtime is None:
+        settings = Settings.from_env()
+        configure_logging(settings)
+        _runtime = Runtime(settings)
+    return _runtime
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Sweep once (the schedule's event carries nothing we need) and return the sweep's counts.
+
+    Failed deletes are not raised: the next scheduled sweep retries them, and the metrics and logs report them.
+    """
+    report = sweep(runtime(), deadline=Deadline.from_lambda_context(context))
+    return report.summary()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", help="the session table (default: SESSION_TABLE)")
+    parser.add_argument(
+        "--page-size", type=int, default=None, help="items per index Query page (default: DynamoDB's 1 MB pages)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Sweep once; print the counts as one JSON line. Exit 1 if a query or delete failed, 2 if misconfigured."""
+    settings = Settings.from_env()
+    if args.table:
+        settings = settings.model_copy(update={"session_table": args.table})
+    configure_logging(settings)
+    runner = Runtime(settings)
+    try:
+        report = sweep(runner, page_size=args.page_size)
+    except MissingConfigError as exc:
+        print(f"cleanup-worker sweep: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    finally:
+        runner.close()
+    print(json.dumps(report.summary()))
+    return 0 if report.ok else EXIT_FAILURES
