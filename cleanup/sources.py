@@ -1,0 +1,230 @@
+"""Stream records saved to files, read back whatever shape they were saved in.
+
+A file holds one JSON document or JSON lines of documents. A document is one of:
+
+* a Lambda event ``{"Records": [...]}`` (records name their ``eventSourceARN``),
+* a GetRecords response ``{"Records": [...], "NextShardIterator": ...}``,
+* one stream record (``{"dynamodb": {...}, ...}``, as ``cleanup-worker capture`` writes them, one per line),
+* a KCL multilang ``processRecords`` message (records' ``data`` is the base64 JSON of a Kinesis-format change record;
+  the sequence number is the Kinesis record's); other KCL messages carry no records and are passed over,
+* a dead-letter message of this worker (the full record and its source).
+
+Every record keeps where it came from (file, line, position in its document), so a malformed one is named exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cleanup.deadletter import MESSAGE_FORMAT
+from schemas.records import RecordError, Source, StreamRecord, UnreadableRecord, read_record
+
+Incoming = StreamRecord | UnreadableRecord
+
+
+class SourceFileError(ValueError):
+    """A file that cannot be read at all: missing, not JSON, or of no known shape."""
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a record was found: ``file:line (Records[2])``."""
+
+    file: str
+    line: int | None = None
+    path: str | None = None
+
+    def __str__(self) -> str:
+        text = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{text} ({self.path})" if self.path else text
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """A record read from a file, parsed or not (an unreadable one still has its sequence number)."""
+
+    record: Incoming
+    location: Location
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Something in a file that is not a record with a readable sequence number: reported, never processed."""
+
+    location: Location
+    error: str
+    sequence_number: str | None = None
+
+
+Entry = FileRecord | Rejected
+
+
+def read_file(path: str | Path) -> list[Entry]:
+    """Every record of one file, in file order.
+
+    Raises:
+        SourceFileError: the file cannot be read, is not JSON, or is JSON of no known shape.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceFileError(f"{name}: cannot read: {exc}") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as whole:
+        return _read_lines(name, text, whole)
+    entries = list(_document(document, text, Location(name, _line_at(text, _first_char(text)))))
+    if entries and isinstance(entries[0], Rejected) and entries[0].error.startswith(_UNKNOWN):
+        raise SourceFileError(f"{name}: {entries[0].error}")
+    return entries
+
+
+def _read_lines(name: str, text: str, whole: json.JSONDecodeError) -> list[Entry]:
+    lines = text.splitlines()
+    first = next((n for n, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        return []
+    try:
+        json.loads(lines[first])
+    except json.JSONDecodeError:
+        # Not JSON lines either: one JSON document that is broken; say where.
+        raise SourceFileError(f"{name}:{whole.lineno}:{whole.colno}: not JSON: {whole.msg}") from None
+    entries: list[Entry] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = Location(name, number)
+        try:
+            document = json.loads(line)
+        except json.JSONDecodeError as exc:
+            entries.append(Rejected(where, f"not JSON at column {exc.colno}: {exc.msg}"))
+            continue
+        entries.extend(_document(document, None, where))
+    return entries
+
+
+_UNKNOWN = "not a known shape"
+
+
+def _document(document: Any, text: str | None, where: Location) -> Iterator[Entry]:
+    """The records of one document; ``text`` (a whole-file document) lets records be given their own line."""
+    if not isinstance(document, dict):
+        yield Rejected(where, f"{_UNKNOWN}: a JSON {type(document).__name__}, not an object")
+    elif isinstance(document.get("Records"), list):
+        yield from _records_document(document, text, where)
+    elif document.get("action") is not None:
+        yield from _kcl_message(document, text, where)
+    elif document.get("format") == MESSAGE_FORMAT:
+        yield _dead_letter(document, where)
+    elif "dynamodb" in document:
+        yield _entry(document, None, None, where)
+    else:
+        expected = "Lambda event, GetRecords response, stream record, KCL message or dead-letter message"
+        yield Rejected(where, f"{_UNKNOWN}: expected a {expected}")
+
+
+def _records_document(document: dict[str, Any], text: str | None, where: Location) -> Iterator[Entry]:
+    records = document["Records"]
+    is_lambda = "NextShardIterator" not in document and any(
+        isinstance(raw, dict) and "eventSourceARN" in raw for raw in records
+    )
+    source = Source.LAMBDA if is_lambda else Source.STREAMS
+    lines = _element_lines(text, "Records", len(records))
+    for index, raw in enumerate(records):
+        place = Location(where.file, lines[index] if lines else where.line, f"Records[{index}]")
+        yield _entry(raw, source, None, place)
+
+
+def _kcl_message(message: dict[str, Any], text: str | None, where: Location) -> Iterator[Entry]:
+    if message.get("action") != "processRecords":
+        return  # initialize, checkpoint, shutdownRequested...: no records
+    records = message.get("records")
+    if not isinstance(records, list):
+        yield Rejected(where, "KCL processRecords message without a 'records' list")
+        return
+    lines = _element_lines(text, "records", len(records))
+    for index, kinesis in enumerate(records):
+        place = Location(where.file, lines[index] if lines else where.line, f"records[{index}]")
+        yield _kinesis_record(kinesis, place)
+
+
+def _kinesis_record(kinesis: Any, where: Location) -> Entry:
+    sequence_number = kinesis.get("sequenceNumber") if isinstance(kinesis, dict) else None
+    sequence_number = sequence_number if isinstance(sequence_number, str) and sequence_number else None
+    try:
+        payload = json.loads(base64.b64decode(kinesis["data"], validate=True))
+    except (TypeError, KeyError, binascii.Error, ValueError) as exc:
+        error = f"KCL record data is not base64 JSON: {type(exc).__name__}: {exc}"
+        if sequence_number is None:
+            return Rejected(where, error)
+        return FileRecord(UnreadableRecord(sequence_number=sequence_number, error=error, raw=kinesis), where)
+    return _entry(payload, Source.KINESIS, sequence_number, where)
+
+
+def _dead_letter(message: dict[str, Any], where: Location) -> Entry:
+    try:
+        source = Source(message["source"]) if message.get("source") else None
+    except ValueError:
+        return Rejected(where, f"dead-letter message with an unknown source {message.get('source')!r}")
+    number = message.get("sequenceNumber")
+    sequence_number = number if source is Source.KINESIS and isinstance(number, str) else None
+    return _entry(message.get("record"), source, sequence_number, Location(where.file, where.line, "record"))
+
+
+def _entry(raw: Any, source: Source | None, sequence_number: str | None, where: Location) -> Entry:
+    try:
+        return FileRecord(read_record(raw, source, sequence_number), where)
+    except RecordError as exc:
+        return Rejected(where, f"{exc} (its sequence number cannot be read)")
+
+
+def _first_char(text: str) -> int:
+    return len(text) - len(text.lstrip())
+
+
+def _line_at(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _element_lines(text: str | None, key: str, count: int) -> list[int] | None:
+    """The line each element of the top-level array ``key`` starts on (``text`` is known to be valid JSON)."""
+    if text is None:
+        return None
+    decoder = json.JSONDecoder()
+    at = _skip(text, _first_char(text) + 1)  # past the opening brace
+    while at < len(text) and text[at] != "}":
+        name, at = decoder.raw_decode(text, at)
+        at = _skip(text, _skip(text, at) + 1)  # past the colon
+        if name == key and text[at] == "[":
+            offsets = _array_offsets(decoder, text, at)
+            return [_line_at(text, offset) for offset in offsets] if len(offsets) == count else None
+        _, at = decoder.raw_decode(text, at)
+        at = _skip(text, at)
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+    return None
+
+
+def _array_offsets(decoder: json.JSONDecoder, text: str, at: int) -> list[int]:
+    offsets = []
+    at = _skip(text, at + 1)
+    while text[at] != "]":
+        offsets.append(at)
+        _, at = decoder.raw_decode(text, at)
+        at = _skip(text, at)
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+    return offsets
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at

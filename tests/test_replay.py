@@ -1,0 +1,248 @@
+"""``cleanup-worker replay``: every file shape, precise errors, exit codes, and a dry run that writes nothing."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from cleanup.clients import Clients
+from cleanup.runtime import Runtime
+from cleanup.telemetry import Metrics, MetricsSink
+from tests.stack import SessionStack
+from worker import cli, replay
+
+EVENTS = Path(__file__).parent / "events"
+DOCS_EVENT = EVENTS / "dynamodb-streams-lambda-event.json"
+CAPTURED = {  # one moto stream read three ways: INSERT/MODIFY/REMOVE of a1 (explicit), INSERT/REMOVE of b2 (TTL)
+    "getrecords": EVENTS / "getrecords-response.json",
+    "jsonl": EVENTS / "captured.jsonl",
+    "kcl": EVENTS / "kcl-process-records.json",
+}
+CAPTURED_TABLE = "sessions-cb46267778"  # the table the captured records came from
+READS = {"GetItem", "GetBucketVersioning", "ListObjectsV2", "ListObjectVersions"}
+
+
+@pytest.fixture
+def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
+    """The worker's settings, in the environment, pointed at this test's stack."""
+    for name, value in {
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "SESSION_TABLE": stack.table,
+        "WS_CALLBACK_URL": stack.aws.endpoint_url,
+        "METRICS_DESTINATION": "off",
+        "RETRY_MAX_WAIT_SECONDS": "0.05",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stack
+
+
+def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main(["replay", "--json", *argv])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def test_the_documentation_sample_event_is_read_and_skipped(worker_env, capsys):
+    code, summary = replay_json(capsys, str(DOCS_EVENT))
+
+    assert code == 0
+    assert summary == {"records": 3, "cleaned": 0, "skipped": 3, "failed": []}
+
+
+@pytest.mark.parametrize("shape", sorted(CAPTURED))
+def test_captured_records_clean_their_sessions_in_every_shape(worker_env, capsys, shape):
+    stack = worker_env
+    ensure_table(stack, CAPTURED_TABLE)  # KCL records name their table; the race check reads it
+    for prefix in ("sessions/t1/a1/", "sessions/t2/b2/", "sessions/t1/live/"):
+        stack.s3.put_object(Bucket=stack.bucket, Key=f"{prefix}part-0", Body=b"x")
+
+    code, summary = replay_json(capsys, str(CAPTURED[shape]))
+
+    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})
+    assert stack.objects("sessions/t1/a1/") == stack.objects("sessions/t2/b2/") == []
+    assert stack.objects("sessions/t1/live/") == ["sessions/t1/live/part-0"]
+
+
+def test_a_replayed_capture_retires_the_grant_and_deletes_the_prefix(worker_env, capsys, tmp_path):
+    stack = worker_env
+    gone, live = stack.put_session("gone", connection_id="c-gone"), stack.put_session("live")
+    stack.expire("gone")
+    path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
+
+    code = cli.main(["replay", str(path)])
+
+    table = capsys.readouterr().out
+    assert code == 0
+    assert stack.objects(gone["scratchPrefix"]) == []
+    assert gone["grantId"] not in stack.grant_ids() and live["grantId"] in stack.grant_ids()
+    assert len(stack.objects(live["scratchPrefix"])) == 3
+    assert f"retire {gone['grantId']} on {stack.key_arn}: done" in table
+    assert "3 records: 1 cleaned, 2 skipped, 0 failed" in table
+
+
+def test_malformed_lines_are_named_by_file_line_and_sequence_number(worker_env, capsys, tmp_path):
+    good, bad = json.loads(CAPTURED["jsonl"].read_text().splitlines()[0]), {"dynamodb": {"SequenceNumber": "900"}}
+    bad["dynamodb"]["Keys"] = "not a map"
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps(good) + "\n{not json\n" + json.dumps(bad) + "\n")
+
+    code, summary = replay_json(capsys, str(path))
+
+    assert code == 1
+    assert summary["records"] == 3 and summary["skipped"] == 1
+    assert summary["failed"][0]["sequenceNumber"] == "900"
+    assert summary["failed"][0]["error"].startswith(f"{path}:3: malformed stream record at dynamodb.Keys")
+    assert summary["failed"][1]["sequenceNumber"] is None
+    assert summary["failed"][1]["error"].startswith(f"{path}:2: not JSON")
+
+
+def test_a_malformed_record_in_an_event_is_named_by_its_own_line(worker_env, capsys, tmp_path):
+    event = json.loads(DOCS_EVENT.read_text())
+    event["Records"][2]["dynamodb"]["OldImage"] = ["not", "a", "map"]
+    text = json.dumps(event, indent=2)
+    line = text.splitlines().index('      "eventID": "3",')  # the line before it opens the record
+    path = tmp_path / "event.json"
+    path.write_text(text)
+
+    code, summary = replay_json(capsys, str(path))
+
+    assert code == 1
+    (failure,) = summary["failed"]
+    assert failure["sequenceNumber"] == "333"
+    assert failure["error"].startswith(f"{path}:{line} (Records[2]): malformed stream record at dynamodb.OldImage")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read"), ('{"Records": [\n  {"a": 1},\n', ":3:1: not JSON"), ('{"hello": 1}', "not a known shape")],
+)
+def test_unreadable_files_are_usage_errors(worker_env, capsys, tmp_path, content, message):
+    path = tmp_path / "input.json"
+    if content is not None:
+        path.write_text(content)
+
+    code = cli.main(["replay", str(path)])
+
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_configuration_error_exits_2(worker_env, capsys, monkeypatch):
+    monkeypatch.setenv("SCRATCH_ROOT", "../")
+
+    assert cli.main(["replay", str(DOCS_EVENT)]) == 2
+    assert "SCRATCH_ROOT" in capsys.readouterr().err
+
+
+def test_a_dry_run_reports_the_plan_and_changes_nothing(worker_env, capsys, tmp_path):
+    stack = worker_env
+    item = stack.put_session("d1", connection_id="conn-d1", objects=4)
+    stack.delete("d1")
+    path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
+
+    code, summary = replay_json(capsys, "--dry-run", str(path))
+
+    assert code == 0
+    assert len(stack.objects(item["scratchPrefix"])) == 4 and item["grantId"] in stack.grant_ids()
+    (remove,) = [line for line in summary["plan"] if line["status"] == "cleaned"]
+    assert remove["reason"] == "explicit"
+    assert remove["actions"] == {
+        "connection": {"status": "planned", "connectionId": "conn-d1", "endpoint": stack.aws.endpoint_url},
+        "grant": {"status": "planned", "grantId": item["grantId"], "keyId": stack.key_arn},
+        "scratch": {"status": "planned", "bucket": stack.bucket, "prefix": item["scratchPrefix"], "objects": 4},
+    }
+
+
+def test_a_dry_run_shows_what_the_guard_would_refuse(worker_env, capsys, tmp_path):
+    stack = worker_env
+    stack.s3.put_object(Bucket=stack.bucket, Key="shared/x", Body=b"keep")
+    stack.put_session("r1", grant=False, objects=0, extra={"scratchPrefix": "shared/"})
+    stack.delete("r1")
+    path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
+
+    code = cli.main(["replay", "--dry-run", str(path)])
+
+    table = capsys.readouterr().out
+    assert code == 1
+    assert "delete shared/: refused: " in table
+    assert stack.objects("shared/") == ["shared/x"]
+
+
+def counting_runtime(stack: SessionStack, calls: list[str], **overrides: Any) -> Runtime:
+    """A runtime whose every AWS call is recorded (botocore's before-call event, on every client it makes)."""
+    session = boto3.session.Session()
+    session.events.register("before-call.*.*", lambda model, **_: calls.append(model.name))
+    settings = stack.settings(ws_callback_url=stack.aws.endpoint_url, **overrides)
+    return Runtime(settings, Clients(settings, session), Metrics(settings, MetricsSink("off")))
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_a_dry_run_sends_no_write_call(aws, request, tmp_path, versioned):
+    stack = SessionStack.create(aws, request.node.name, versioned=versioned)
+    stack.put_session("w1", connection_id="conn-w1")
+    stack.delete("w1")
+    path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
+    args = argparse.Namespace(files=[str(path)], as_json=True)
+    dry, enforced = [], []
+
+    dry_code = replay.run(args, counting_runtime(stack, dry, cleanup_mode="dry-run"), io.StringIO())
+    enforce_code = replay.run(args, counting_runtime(stack, enforced), io.StringIO())
+
+    assert dry_code == enforce_code == 0
+    assert set(dry) <= READS and "GetItem" in dry
+    assert ("ListObjectVersions" if versioned else "ListObjectsV2") in dry
+    assert {"DeleteConnection", "RetireGrant", "DeleteObjects"} <= set(enforced)
+
+
+def test_dry_run_settings_turn_off_every_write():
+    settings = replay.dry_run_settings(
+        replay.Settings(dead_letter_queue_url="https://sqs.example/q", metrics_destination="stdout")
+    )
+
+    assert (settings.cleanup_mode.value, settings.dead_letter_queue_url, settings.metrics_destination) == (
+        "dry-run",
+        None,
+        "off",
+    )
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_shows_on_a_terminal_for_long_files_only():
+    terminal, short, piped = Terminal(), Terminal(), io.StringIO()
+    for stream, total in ((terminal, 1000), (short, 10), (piped, 1000)):
+        bar = replay.Progress(total, stream)
+        bar.advance(total // 2)
+        bar.close()
+
+    assert "500/1000 records" in terminal.getvalue()
+    assert short.getvalue() == piped.getvalue() == ""
+
+
+def ensure_table(stack: SessionStack, name: str) -> None:
+    try:
+        stack.ddb.describe_table(TableName=name)
+    except stack.ddb.exceptions.ResourceNotFoundException:
+        stack.ddb.create_table(
+            TableName=name,
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
