@@ -65,16 +65,15 @@ def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None
 class MetricsSink:
     """Where EMF documents go: a text stream, a CloudWatch agent socket, or nowhere."""
 
-    def __init__(self, destination: str) -> None:
+    def __init__(self, destination: str, stream: IO[str] | None = None) -> None:
+        """``stream`` stands in for stdout or stderr (for tests and embedding)."""
         self._lock = threading.Lock()
         self._stream: IO[str] | None = None
         self._address: tuple[str, str, int] | None = None
         if destination == "auto":
             destination = "stdout" if in_lambda() else "stderr"
-        if destination == "stdout":
-            self._stream = sys.stdout
-        elif destination == "stderr":
-            self._stream = sys.stderr
+        if destination in ("stdout", "stderr"):
+            self._stream = stream or (sys.stdout if destination == "stdout" else sys.stderr)
         elif destination != "off":
             url = urlsplit(destination)
             if url.scheme not in ("tcp", "udp") or not url.hostname or not url.port:
