@@ -1,0 +1,202 @@
+"""The one-consumer lease of a stream: an item of the checkpoint table (``shard`` = ``#lease``: ``owner``, ``version``).
+
+The lease follows the KCL's rule and trusts no other machine's clock: a standby notes the lease's version and takes
+it over (a write conditional on that same version) only once the version has not changed for LEASE_SECONDS on its
+own clock. The holder renews by bumping the version, conditional on owner and version; a failed renewal, or none for
+LEASE_SECONDS, means the lease is lost. Checkpoints are written with ``condition_check()`` in the same transaction,
+so a consumer that lost the lease can never move a checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.aws_errors import error_code, translate
+from cleanup.telemetry import log
+
+LEASE_SHARD = "#lease"
+
+
+class Lease:
+    """This consumer's view of the stream's lease. Thread-safe: a heartbeat thread renews it."""
+
+    def __init__(
+        self,
+        dynamodb: Any,
+        table: str,
+        stream_arn: str,
+        owner: str,
+        lease_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self._dynamodb = dynamodb
+        self._table = table
+        self._key = {"stream": {"S": stream_arn}, "shard": {"S": LEASE_SHARD}}
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._version: int | None = None  # set while held
+        self._renewed_at = 0.0
+        self._seen: tuple[str, int] | None = None  # another owner's lease, and since when unchanged
+        self._seen_at = 0.0
+
+    @property
+    def held(self) -> bool:
+        """Held, and renewed within LEASE_SECONDS by this process's clock."""
+        with self._lock:
+            return self._version is not None and self._clock() - self._renewed_at < self.lease_seconds
+
+    def try_acquire(self) -> bool:
+        """Take the lease if it is free, released, or has not been renewed for LEASE_SECONDS; False to stand by."""
+        with self._lock:
+            item = self._call(
+                "GetItem", self._dynamodb.get_item, TableName=self._table, Key=self._key, ConsistentRead=True
+            )
+            current = item.get("Item")
+            if current is None:
+                return self._take(None)
+            owner, version = current.get("owner", {}).get("S", ""), int(current["version"]["N"])
+            if owner in ("", self.owner):
+                return self._take(version)
+            now = self._clock()
+            if self._seen != (owner, version):
+                self._seen, self._seen_at = (owner, version), now
+                return False
+            if now - self._seen_at < self.lease_seconds:
+                return False
+            log.warning("taking over the stream lease", extra={"from": owner, "silentSeconds": now - self._seen_at})
+            return self._take(version)
+
+    def renew(self) -> bool:
+        """Bump the version; False once the lease is lost (taken over, or not renewed in time)."""
+        with self._lock:
+            if self._version is None:
+                return False
+            try:
+                self._dynamodb.update_item(
+                    TableName=self._table,
+                    Key=self._key,
+                    UpdateExpression="SET version = :next, heartbeatAt = :now",
+                    ConditionExpression="#owner = :me AND version = :mine",
+                    ExpressionAttributeNames={"#owner": "owner"},
+                    ExpressionAttributeValues=self._values(self._version + 1),
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    log.error("the stream lease was taken over", extra={"owner": self.owner})
+                    self._version = None
+                    return False
+                log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
+                return self._version is not None and self._clock() - self._renewed_at < self.lease_seconds
+            except BotoCoreError as exc:
+                log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
+                return self._clock() - self._renewed_at < self.lease_seconds
+            self._version += 1
+            self._renewed_at = self._clock()
+            return True
+
+    def renew_if_due(self) -> bool:
+        """Renew when a third of the term has passed; False once the lease is lost."""
+        with self._lock:
+            due = self._version is not None and self._clock() - self._renewed_at >= self.lease_seconds / 3
+        return self.renew() if due else self.held
+
+    def release(self) -> None:
+        """Give the lease up (owner cleared), so a standby takes over at once instead of after LEASE_SECONDS."""
+        with self._lock:
+            if self._version is None:
+                return
+            try:
+                self._dynamodb.update_item(
+                    TableName=self._table,
+                    Key=self._key,
+                    UpdateExpression="SET #owner = :none, version = :next, heartbeatAt = :now",
+                    ConditionExpression="#owner = :me AND version = :mine",
+                    ExpressionAttributeNames={"#owner": "owner"},
+                    ExpressionAttributeValues={**self._values(self._version + 1), ":none": {"S": ""}},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                log.warning("could not release the stream lease; it will expire", extra={"error": str(exc)})
+            self._version = None
+
+    def mark_lost(self) -> None:
+        """Note that a fenced write found another owner: the lease is gone, and not to be released."""
+        with self._lock:
+            self._version = None
+
+    def condition_check(self) -> dict[str, Any]:
+        """A TransactWriteItems ConditionCheck that this consumer still owns the lease."""
+        return {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": self._key,
+                "ConditionExpression": "#owner = :me",
+                "ExpressionAttributeNames": {"#owner": "owner"},
+                "ExpressionAttributeValues": {":me": {"S": self.owner}},
+            }
+        }
+
+    def _take(self, version: int | None) -> bool:
+        condition = "attribute_not_exists(version)" if version is None else "version = :seen"
+        values: dict[str, Any] = {":me": {"S": self.owner}, ":next": {"N": str((version or 0) + 1)}}
+        if version is not None:
+            values[":seen"] = {"N": str(version)}
+        try:
+            self._dynamodb.update_item(
+                TableName=self._table,
+                Key=self._key,
+                UpdateExpression="SET #owner = :me, version = :next",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#owner": "owner"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False  # another standby was quicker
+            raise translate(exc, "UpdateItem lease") from exc
+        self._version, self._renewed_at, self._seen = (version or 0) + 1, self._clock(), None
+        log.info("holding the stream lease", extra={"owner": self.owner, "version": self._version})
+        return True
+
+    def _values(self, next_version: int) -> dict[str, Any]:
+        assert self._version is not None
+        return {
+            ":me": {"S": self.owner},
+            ":mine": {"N": str(self._version)},
+            ":next": {"N": str(next_version)},
+            ":now": {"N": str(int(time.time()))},
+        }
+
+    @staticmethod
+    def _call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, what) from exc
+
+
+class Heartbeat:
+    """Renews a lease on a thread of its own, so that a long batch cannot outlive the lease."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._lease.lease_seconds / 6) and self._lease.renew_if_due():
+            pass

@@ -1,0 +1,307 @@
+"""The stream poller (``cleanup-worker run``) against moto over HTTP: cleaning, checkpoints, retries, lease, lineage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from cleanup.checkpoints import ensure_table
+from cleanup.lease import Lease
+from worker.stream_poller import StreamPoller
+
+ROOT = Path(__file__).resolve().parent.parent
+UNSAFE = {"scratchPrefix": "sessions/../other-tenant/"}
+
+
+class FakeTime:
+    """The poller's clock and sleep: backoffs and lease waits pass at once, in order."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.on_sleep: list[Any] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        for hook in self.on_sleep:
+            hook()
+
+
+def make_poller(stack: Any, fake: FakeTime | None = None, *, streams: Any = None, hook: Any = None, **overrides: Any):
+    overrides.setdefault("checkpoint_table", f"ckpt-{stack.table}")
+    fake = fake or FakeTime()
+    return StreamPoller(
+        stack.runtime(**overrides),
+        stack.stream_arn,
+        streams=streams,
+        clock=fake.clock,
+        sleep=fake.sleep,
+        before_checkpoint=hook,
+    )
+
+
+def checkpoint(stack: Any, shard_id: str | None = None) -> dict[str, Any] | None:
+    shard_id = shard_id or only_shard(stack)
+    key = {"stream": {"S": stack.stream_arn}, "shard": {"S": shard_id}}
+    return stack.ddb.get_item(TableName=f"ckpt-{stack.table}", Key=key, ConsistentRead=True).get("Item")
+
+
+def only_shard(stack: Any) -> str:
+    return str(stack.streams.describe_stream(StreamArn=stack.stream_arn)["StreamDescription"]["Shards"][0]["ShardId"])
+
+
+def sequence_numbers(stack: Any) -> list[str]:
+    return [record["dynamodb"]["SequenceNumber"] for record in stack.new_records()]
+
+
+def assert_cleaned(stack: Any, *items: dict[str, Any]) -> None:
+    grants = stack.grant_ids()
+    for item in items:
+        assert stack.objects(item["scratchPrefix"]) == []
+        assert item["grantId"] not in grants
+
+
+def test_deleted_and_expired_sessions_are_cleaned_and_the_checkpoint_holds_the_last_record(stack):
+    deleted, expired = stack.put_session("d1"), stack.put_session("e1")
+    live = stack.put_session("live")
+    stack.delete("d1")
+    stack.expire("e1")
+
+    summary = make_poller(stack).run(until_idle=True)
+
+    assert_cleaned(stack, deleted, expired)
+    assert len(stack.objects(live["scratchPrefix"])) == 3
+    assert live["grantId"] in stack.grant_ids()
+    assert (summary.records, summary.cleaned, summary.skipped, summary.failed) == (5, 2, 3, 0)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+def test_a_second_run_resumes_after_the_checkpoint(stack):
+    stack.put_session("a")
+    stack.delete("a")
+    make_poller(stack).run(until_idle=True)
+    later = stack.put_session("b")
+    stack.delete("b")
+
+    summary = make_poller(stack).run(until_idle=True)
+
+    assert (summary.records, summary.cleaned, summary.skipped) == (2, 1, 1)
+    assert_cleaned(stack, later)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+def test_a_failing_record_holds_the_checkpoint_before_it_and_retries_while_there_is_no_queue(stack):
+    before, after = stack.put_session("before"), stack.put_session("after")
+    bad = stack.put_session("bad", extra=UNSAFE)
+    stack.delete("before")
+    stack.delete("bad")
+    stack.delete("after")
+    numbers = sequence_numbers(stack)
+
+    summary = make_poller(stack, max_record_attempts=3).run(until_idle=True)
+
+    assert summary.blocked == [numbers[4]]
+    assert summary.failed == 3
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[3]
+    assert_cleaned(stack, before, after)
+    assert len(stack.objects("sessions/t1/bad/")) == 3
+
+
+def test_a_permanently_failing_record_goes_to_the_queue_after_its_last_attempt_and_the_shard_moves_on(stack):
+    sqs = stack.runtime().clients.sqs
+    queue = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    stack.put_session("bad", extra=UNSAFE)
+    after = stack.put_session("after")
+    stack.delete("bad")
+    stack.delete("after")
+    numbers = sequence_numbers(stack)
+
+    summary = make_poller(stack, max_record_attempts=3, dead_letter_queue_url=queue).run(until_idle=True)
+
+    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    body = json.loads(messages[0]["Body"])
+    assert len(messages) == 1 and body["sequenceNumber"] == numbers[2]
+    assert body["record"]["eventSourceARN"] == stack.stream_arn
+    assert (summary.failed, summary.dead_lettered, summary.blocked) == (2, 1, [])
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+    assert_cleaned(stack, after)
+
+
+def test_a_crash_after_cleaning_but_before_the_checkpoint_loses_no_record(stack):
+    items = [stack.put_session(f"s{n}") for n in range(4)]
+    for n in range(4):
+        stack.delete(f"s{n}")
+    batches: list[int] = []
+
+    def crash_on_second_batch(_shard: str, outcomes: list[Any]) -> None:
+        batches.append(len(outcomes))
+        if len(batches) == 2:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        make_poller(stack, hook=crash_on_second_batch, batch_size=3).run(until_idle=True)
+    resumed = make_poller(stack, batch_size=3).run(until_idle=True)
+
+    assert resumed.records == 8 - 3  # the first batch was checkpointed; the crashed one is read again
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+def test_a_standby_consumes_nothing_until_the_lease_goes_unrenewed_then_takes_over(stack):
+    item = stack.put_session("a")
+    stack.delete("a")
+    runtime = stack.runtime()
+    ensure_table(runtime.clients.dynamodb, f"ckpt-{stack.table}")
+    holder = Lease(runtime.clients.dynamodb, f"ckpt-{stack.table}", stack.stream_arn, "holder", 10)
+    assert holder.try_acquire()
+    fake = FakeTime()
+    standby = make_poller(stack, fake, lease_seconds=10)
+    read_while_held: list[int] = []
+
+    def holder_renews_for_30_seconds() -> None:
+        if fake.now < 1030:
+            assert holder.renew()
+            read_while_held.append(standby.summary.records)
+
+    fake.on_sleep.append(holder_renews_for_30_seconds)
+    summary = standby.run(until_idle=True)
+
+    assert len(read_while_held) > 4 and set(read_while_held) == {0}
+    assert summary.records == 2
+    assert_cleaned(stack, item)
+    assert not holder.renew()
+
+
+def test_a_consumer_that_loses_its_lease_stops_without_checkpointing(stack):
+    for n in range(3):
+        stack.put_session(f"s{n}")
+
+    def steal(_shard: str, _outcomes: list[Any]) -> None:
+        stack.ddb.update_item(
+            TableName=f"ckpt-{stack.table}",
+            Key={"stream": {"S": stack.stream_arn}, "shard": {"S": "#lease"}},
+            UpdateExpression="SET #o = :thief, version = version + :one",
+            ExpressionAttributeNames={"#o": "owner"},
+            ExpressionAttributeValues={":thief": {"S": "thief"}, ":one": {"N": "1"}},
+        )
+
+    summary = make_poller(stack, hook=steal, batch_size=1).run(until_idle=True)
+
+    assert summary.lease_lost
+    assert summary.records == 1
+    assert checkpoint(stack) is None
+
+
+class LineageStreams:
+    """A DynamoDB Streams client with a closed parent shard and its open child, serving records captured from moto."""
+
+    PARENT, CHILD = "shardId-00000001-parent", "shardId-00000002-child"
+
+    def __init__(self, parent: list[dict[str, Any]], child: list[dict[str, Any]]) -> None:
+        self.records = {self.PARENT: parent, self.CHILD: child}
+        self.reads: list[str] = []
+        self._handlers: dict[str, Any] = {}
+        self.meta = SimpleNamespace(events=self)
+
+    def register(self, event: str, handler: Any, unique_id: str | None = None) -> None:
+        self._handlers[event] = handler
+
+    def describe_stream(self, StreamArn: str, **_: Any) -> dict[str, Any]:
+        child = {"ShardId": self.CHILD, "ParentShardId": self.PARENT, "SequenceNumberRange": {}}
+        parent = {"ShardId": self.PARENT, "SequenceNumberRange": {"EndingSequenceNumber": "9"}}
+        return {"StreamDescription": {"Shards": [child, parent]}}  # the child first: order must not matter
+
+    def get_shard_iterator(self, ShardId: str, ShardIteratorType: str, SequenceNumber: str = "", **_: Any) -> Any:
+        numbers = [r["dynamodb"]["SequenceNumber"] for r in self.records[ShardId]]
+        position = numbers.index(SequenceNumber) + 1 if ShardIteratorType == "AFTER_SEQUENCE_NUMBER" else 0
+        return {"ShardIterator": f"{ShardId}|{position}"}
+
+    def get_records(self, ShardIterator: str, Limit: int = 1000) -> dict[str, Any]:
+        shard, position = ShardIterator.split("|")
+        records = self.records[shard][int(position) : int(position) + Limit]
+        end = int(position) + len(records)
+        body: dict[str, Any] = {"Records": records}
+        if shard == self.CHILD or end < len(self.records[shard]):
+            body["NextShardIterator"] = f"{shard}|{end}"
+        self.reads.append(shard)
+        response = SimpleNamespace(content=json.dumps(body).encode())
+        self._handlers["after-call.dynamodbstreams.GetRecords"](http_response=response)
+        return body
+
+
+def test_a_child_shard_is_read_only_after_its_parent_is_finished(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(3):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    streams = LineageStreams(records[:4], records[4:])
+
+    summary = make_poller(stack, streams=streams, batch_size=2).run(until_idle=True)
+
+    assert streams.reads.index(LineageStreams.CHILD) > max(
+        i for i, shard in enumerate(streams.reads) if shard == LineageStreams.PARENT
+    )
+    assert summary.finished_shards == [LineageStreams.PARENT]
+    assert checkpoint(stack, LineageStreams.PARENT)["finished"]["BOOL"] is True
+    assert checkpoint(stack, LineageStreams.CHILD)["sequenceNumber"]["S"] == records[-1]["dynamodb"]["SequenceNumber"]
+    assert_cleaned(stack, *items)
+    again = LineageStreams(records[:4], records[4:])
+    make_poller(stack, streams=again).run(until_idle=True)
+    assert again.reads == [LineageStreams.CHILD]
+
+
+def test_sigterm_ends_the_command_with_exit_0_and_a_checkpoint(stack, aws, tmp_path):
+    item = stack.put_session("a")
+    stack.delete("a")
+    last = sequence_numbers(stack)[-1]
+    env = {
+        **os.environ,
+        **aws.environment(),
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
+        "POLL_INTERVAL_SECONDS": "0.1",
+        "METRICS_DESTINATION": "off",
+    }
+    log = (tmp_path / "stderr").open("w")
+    command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table]
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_for(lambda: _saved(stack) == last, process)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    finally:
+        process.kill()
+
+    assert code == 0, (tmp_path / "stderr").read_text()
+    assert checkpoint(stack)["sequenceNumber"]["S"] == last
+    assert_cleaned(stack, item)
+    lease = checkpoint(stack, "#lease")
+    assert lease["owner"]["S"] == ""  # released: a standby takes over at once
+
+
+def _saved(stack: Any) -> str | None:
+    try:
+        item = checkpoint(stack)
+    except stack.ddb.exceptions.ResourceNotFoundException:
+        return None
+    return item["sequenceNumber"]["S"] if item else None
+
+
+def wait_for(condition: Any, process: subprocess.Popen[bytes], limit: float = 30.0) -> None:
+    end = time.monotonic() + limit
+    while not condition():
+        assert process.poll() is None, "the poller exited early"
+        assert time.monotonic() < end, "the poller made no checkpoint"
+        time.sleep(0.1)

@@ -1,0 +1,69 @@
+"""``cleanup-worker run``: consume a DynamoDB stream from a container, one active consumer per stream.
+
+The engine is ``worker.stream_poller.StreamPoller``; this module turns the command line and the environment into one,
+installs the signal handlers, and turns its summary into an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.runtime import Runtime
+from cleanup.telemetry import configure_logging, log
+from schemas.settings import Settings
+from worker.signals import shutdown_on_signals
+from worker.stream_poller import StreamPoller
+
+EXIT_BLOCKED = 1
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``run`` sub-command's options."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--table-name", help="read the latest stream of this table")
+    source.add_argument("--stream-arn", help="read this stream")
+    parser.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="stop once every shard is drained (for batch runs); exit 1 if a record is left failing",
+    )
+    parser.add_argument("--consumer-id", help="this consumer's name in the lease (default: host, pid and a nonce)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the poller until SIGTERM/SIGINT (or, with ``--until-idle``, until the stream is drained)."""
+    settings = Settings.from_env()
+    configure_logging(settings)
+    runtime = Runtime(settings)
+    try:
+        stream_arn = args.stream_arn or latest_stream_arn(runtime, args.table_name)
+    except LookupError as exc:
+        log.error(str(exc))
+        return EXIT_USAGE
+    poller = StreamPoller(runtime, stream_arn, consumer_id=args.consumer_id)
+    try:
+        with shutdown_on_signals(poller.request_stop, settings.shutdown_grace_seconds):
+            summary = poller.run(until_idle=args.until_idle)
+    finally:
+        runtime.close()
+    log.info("poller stopped", extra={"summary": summary.as_dict()})
+    return EXIT_BLOCKED if summary.blocked else 0
+
+
+def latest_stream_arn(runtime: Runtime, table: str) -> str:
+    """The ARN of ``table``'s current stream.
+
+    Raises:
+        LookupError: the table does not exist, cannot be described, or has no stream.
+    """
+    try:
+        description = runtime.clients.dynamodb.describe_table(TableName=table)["Table"]
+    except (ClientError, BotoCoreError) as exc:
+        raise LookupError(f"cannot describe table {table}: {exc}") from exc
+    arn = description.get("LatestStreamArn")
+    if not arn or not description.get("StreamSpecification", {}).get("StreamEnabled", True):
+        raise LookupError(f"table {table} has no stream: enable one with StreamViewType NEW_AND_OLD_IMAGES")
+    return str(arn)

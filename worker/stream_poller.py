@@ -1,0 +1,275 @@
+"""The stream poller: reads every shard of a DynamoDB stream, in lineage order, and checkpoints only clean records.
+
+A shard's step is one of: retry the records still failing, read a page, or finish the closed shard. Shards take
+turns on one thread (the pipeline cleans each batch's records concurrently); a failing shard waits out its backoff
+while the others go on. Everything runs under the stream's lease (``cleanup.lease``); without it the poller stands by.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from cleanup.checkpoints import Checkpoint, CheckpointStore, ensure_table
+from cleanup.exceptions import IteratorExpiredError, LeaseLostError, TransientError, TrimmedDataError
+from cleanup.lease import Heartbeat, Lease
+from cleanup.retry import Deadline, call_with_retry
+from cleanup.runtime import Runtime
+from cleanup.shards import describe_shards, read_page, shard_iterator, startable
+from cleanup.telemetry import log
+from schemas.outcomes import Outcome
+from schemas.records import Source, read_record
+from schemas.settings import StartPosition
+from worker.poll_state import Cursor, PollSummary, RecordHandler
+
+RETRY_BASE_SECONDS = 0.5
+RETRY_MAX_SECONDS = 60.0
+
+BeforeCheckpoint = Callable[[str, list[Outcome]], None]
+
+
+class StreamPoller:
+    """Consumes one stream. ``run()`` returns a summary; ``request_stop()`` (any thread) ends it after the batch."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        stream_arn: str,
+        *,
+        consumer_id: str | None = None,
+        streams: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        before_checkpoint: BeforeCheckpoint | None = None,
+    ) -> None:
+        settings = runtime.settings
+        self.runtime = runtime
+        self.stream_arn = stream_arn
+        self.consumer_id = consumer_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.summary = PollSummary()
+        self.lease = Lease(
+            runtime.clients.dynamodb,
+            settings.checkpoint_table,
+            stream_arn,
+            self.consumer_id,
+            settings.lease_seconds,
+            clock,
+        )
+        self.store = CheckpointStore(runtime.clients.dynamodb, settings.checkpoint_table, stream_arn, self.lease)
+        self._streams = streams if streams is not None else runtime.clients.get("dynamodbstreams")
+        self._clock = clock
+        self._stopping = threading.Event()
+        self._sleep = sleep or self._stopping.wait
+        self._handler = RecordHandler(runtime, self.summary, before_checkpoint)
+        self._cursors: dict[str, Cursor] = {}
+        self._finished: set[str] = set()
+        self._saved: dict[str, Checkpoint] = {}
+        self._rediscover = True
+
+    def request_stop(self) -> None:
+        """Stop after the batch in flight, its checkpoint written (safe from a signal handler)."""
+        self._stopping.set()
+
+    def run(self, *, until_idle: bool = False) -> PollSummary:
+        """Stand by for the lease, then consume until stopped (or until every shard is drained, with ``until_idle``)."""
+        ensure_table(self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table)
+        try:
+            while self._await_lease():
+                try:
+                    with Heartbeat(self.lease):
+                        self._consume(until_idle)
+                    break
+                except LeaseLostError:
+                    log.error("lease lost: stopped consuming", extra={"consumer": self.consumer_id})
+                    self.summary.lease_lost = True
+                    self._cursors.clear()
+                    if until_idle:
+                        break
+        finally:
+            self.lease.release()
+        self.summary.checkpoints = {s: c.sequence_number for s, c in self._saved.items() if c.sequence_number}
+        self.summary.blocked = [
+            r.sequence_number
+            for c in self._cursors.values()
+            if c.exhausted
+            for r in c.pending
+            if r.sequence_number not in c.done
+        ]
+        return self.summary
+
+    # The lease.
+    def _await_lease(self) -> bool:
+        standing_by = False
+        while not self._stopping.is_set():
+            try:
+                if self.lease.try_acquire():
+                    return True
+            except TransientError as exc:
+                log.warning("cannot read the lease; will retry", extra={"error": str(exc)})
+            if not standing_by:
+                log.info("standing by: another consumer holds the stream's lease", extra={"consumer": self.consumer_id})
+                standing_by = True
+            self.summary.standby_polls += 1
+            self._wait(self.lease.lease_seconds / 4)
+        return False
+
+    def _ensure_lease(self) -> None:
+        if not self.lease.renew_if_due():
+            raise LeaseLostError(f"{self.consumer_id} no longer holds the lease of {self.stream_arn}")
+
+    # The loop.
+    def _consume(self, until_idle: bool) -> None:
+        self._saved = self.store.load()
+        self._finished = {shard for shard, checkpoint in self._saved.items() if checkpoint.finished}
+        next_discovery = self._clock()
+        while not self._stopping.is_set():
+            if self._rediscover or self._clock() >= next_discovery:
+                self._discover()
+                next_discovery = self._clock() + self.runtime.settings.shard_discovery_seconds
+            if until_idle and not self._rediscover and all(c.drained or c.exhausted for c in self._cursors.values()):
+                break
+            ready = [c for c in self._cursors.values() if c.not_before <= self._clock()]
+            if not ready:
+                wake = min([c.not_before for c in self._cursors.values()] + [next_discovery])
+                self._wait(wake - self._clock())
+                continue
+            self._ensure_lease()
+            self._step(min(ready, key=lambda c: c.not_before))
+        self._save_all()
+
+    def _wait(self, seconds: float) -> None:
+        end = self._clock() + max(0.0, seconds)
+        while not self._stopping.is_set() and (remaining := end - self._clock()) > 0:
+            if self.lease.held:
+                self._ensure_lease()
+            self._sleep(min(remaining, self.lease.lease_seconds / 4))
+
+    def _discover(self) -> None:
+        try:
+            shards = describe_shards(self._streams, self.stream_arn)
+        except TransientError as exc:
+            log.warning("DescribeStream failed; will retry", extra={"error": str(exc)})
+            self._wait(RETRY_BASE_SECONDS)
+            return
+        self._forget_vanished({shard.shard_id for shard in shards})
+        for shard in startable(shards, self._finished, self._cursors):
+            saved = self._saved.get(shard.shard_id)
+            self._cursors[shard.shard_id] = Cursor(shard, saved.sequence_number if saved else None)
+            log.info("shard started", extra={"shardId": shard.shard_id, "parentShardId": shard.parent_id})
+        self._rediscover = False
+
+    def _forget_vanished(self, listed: set[str]) -> None:
+        for shard_id, saved in list(self._saved.items()):
+            if shard_id in listed:
+                continue
+            if not saved.finished:
+                self._report_lost(shard_id, saved.sequence_number, None)
+            self.store.forget(shard_id)
+            del self._saved[shard_id]
+
+    # One shard's step.
+    def _step(self, cursor: Cursor) -> None:
+        try:
+            if cursor.pending:
+                self._handle(cursor, cursor.pending)
+            elif cursor.ended:
+                self._finish(cursor)
+            else:
+                self._read(cursor)
+        except IteratorExpiredError:
+            log.info("shard iterator expired; reading again from the checkpoint", extra={"shardId": cursor.shard_id})
+            cursor.iterator = None
+        except TransientError as exc:
+            if isinstance(exc, TrimmedDataError):
+                cursor.iterator = None
+            cursor.failures += 1
+            cursor.not_before = self._clock() + backoff(cursor.failures)
+            log.warning("shard read failed; backing off", extra={"shardId": cursor.shard_id, "error": str(exc)})
+
+    def _read(self, cursor: Cursor) -> None:
+        if cursor.iterator is None:
+            cursor.iterator = self._iterator(cursor)
+        page = read_page(self._streams, cursor.iterator, self.runtime.settings.batch_size)
+        cursor.iterator, cursor.failures = page.next_iterator, 0
+        cursor.ended = page.next_iterator is None
+        if cursor.trimmed_after is not None:
+            first = page.records[0].get("dynamodb", {}).get("SequenceNumber") if page.records else None
+            self._report_lost(cursor.shard_id, cursor.trimmed_after, first)
+            cursor.trimmed_after = None
+        if not page.records:
+            cursor.drained = not cursor.ended
+            cursor.not_before = self._clock() + self.runtime.settings.poll_interval_seconds
+            if cursor.ended:
+                self._finish(cursor)
+            return
+        cursor.drained = False
+        # GetRecords records do not name their stream; Lambda adds eventSourceARN, and so do we (the table is in it).
+        records = [read_record({**raw, "eventSourceARN": self.stream_arn}, Source.STREAMS) for raw in page.records]
+        self.summary.records += len(records)
+        self._handle(cursor, records)
+
+    def _iterator(self, cursor: Cursor) -> str:
+        # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
+        start = StartPosition.TRIM_HORIZON if cursor.shard.parent_id else self.runtime.settings.start_position
+        try:
+            return shard_iterator(self._streams, self.stream_arn, cursor.shard_id, cursor.checkpoint, start)
+        except TrimmedDataError:
+            cursor.trimmed_after = cursor.checkpoint
+            return shard_iterator(self._streams, self.stream_arn, cursor.shard_id, None, StartPosition.TRIM_HORIZON)
+
+    def _handle(self, cursor: Cursor, records: list[Any]) -> None:
+        clean_through = self._handler.handle(cursor, records)
+        if clean_through is not None:
+            cursor.checkpoint = clean_through
+            self._save(cursor.shard_id, Checkpoint(clean_through))
+        if cursor.pending:
+            cursor.failures += 1
+            cursor.not_before = self._clock() + backoff(cursor.failures)
+            return
+        cursor.failures, cursor.not_before = 0, self._clock()
+        if cursor.ended:
+            self._finish(cursor)
+
+    def _finish(self, cursor: Cursor) -> None:
+        self._save(cursor.shard_id, Checkpoint(cursor.checkpoint, finished=True), strict=True)
+        self._finished.add(cursor.shard_id)
+        del self._cursors[cursor.shard_id]
+        self._rediscover = True  # its children may start now
+        self.summary.finished_shards.append(cursor.shard_id)
+        log.info("shard finished", extra={"shardId": cursor.shard_id, "sequenceNumber": cursor.checkpoint})
+
+    # Checkpoints.
+    def _save(self, shard_id: str, checkpoint: Checkpoint, *, strict: bool = False) -> None:
+        """Write a checkpoint; a transient failure is only logged (the next one carries it) unless ``strict``."""
+        try:
+            call_with_retry(lambda: self.store.save(shard_id, checkpoint), self.runtime.settings, Deadline())
+        except TransientError as exc:
+            if strict:
+                raise
+            log.warning("checkpoint not written; the next one carries it", extra={"error": str(exc)})
+            return
+        self._saved[shard_id] = checkpoint
+
+    def _save_all(self) -> None:
+        for cursor in self._cursors.values():
+            if cursor.checkpoint is not None and self._saved.get(cursor.shard_id) != Checkpoint(cursor.checkpoint):
+                self._save(cursor.shard_id, Checkpoint(cursor.checkpoint), strict=True)
+
+    def _report_lost(self, shard_id: str, after: str | None, before: str | None) -> None:
+        log.error(
+            "records lost: trimmed from the stream before they were read",
+            extra={"shardId": shard_id, "afterSequenceNumber": after, "beforeSequenceNumber": before},
+        )
+        self.runtime.metrics.count("RecordsLost")
+        self.runtime.metrics.flush()
+        self.summary.lost.append({"shardId": shard_id, "after": after, "before": before})
+
+
+def backoff(failures: int) -> float:
+    """Seconds a shard waits after its ``failures``-th failure in a row: doubling, capped."""
+    return float(min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
