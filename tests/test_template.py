@@ -1,0 +1,261 @@
+"""deploy/template.yaml: it lints, the SAM transform resolves it, and it says what the worker needs and nothing more.
+
+The IAM tests compare the policies with the AWS calls found in the functions' own source, so a new call without its
+permission (or a permission no code uses any more) fails here rather than in an account.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from botocore import xform_name
+from cfnlint.api import lint_file
+from cfnlint.decode import decode
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+
+from cleanup.actions import connection, grant, scratch
+from schemas.settings import CleanupMode, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "deploy" / "template.yaml"
+PACKAGES = ("cleanup", "schemas", "worker")
+
+# boto3 method -> the IAM actions it needs. DeleteObjects checks DeleteObject (and DeleteObjectVersion for versions);
+# SendMessageBatch checks sqs:SendMessage; the Management API's DeleteConnection is execute-api:ManageConnections.
+IAM_ACTIONS: dict[str, set[str]] = {
+    "get_item": {"dynamodb:GetItem"},
+    "query": {"dynamodb:Query"},
+    "delete_item": {"dynamodb:DeleteItem"},
+    "list_objects_v2": {"s3:ListBucket"},
+    "list_object_versions": {"s3:ListBucketVersions"},
+    "delete_objects": {"s3:DeleteObject", "s3:DeleteObjectVersion"},
+    "get_bucket_versioning": {"s3:GetBucketVersioning"},
+    "retire_grant": {"kms:RetireGrant"},
+    "delete_connection": {"execute-api:ManageConnections"},
+    "send_message_batch": {"sqs:SendMessage"},
+}
+# What Lambda itself does with the function's role: write its logs; for the cleanup function also read the stream
+# for the event source mapping, and send failed batches' metadata to the on-failure queue (sqs:SendMessage).
+LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
+STREAM_READ = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
+
+
+@cache
+def source_template() -> dict[str, Any]:
+    template, problems = decode(str(TEMPLATE))
+    assert not problems, problems
+    return json.loads(json.dumps(template))
+
+
+@cache
+def transformed() -> dict[str, Any]:
+    """The template as CloudFormation runs it after the SAM transform (CodeUri as `sam package` leaves it)."""
+    template = copy.deepcopy(source_template())
+    template["Globals"]["Function"]["CodeUri"] = "s3://artifacts/session-cleanup.zip"
+    translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name="us-east-1"))
+    result: dict[str, Any] = translator.translate(template, parameter_values={}, get_managed_policy_map=lambda: {})
+    return result
+
+
+def resources(kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in transformed()["Resources"].items() if r["Type"] == kind}
+
+
+def parameter(name: str) -> dict[str, Any]:
+    definition: dict[str, Any] = source_template()["Parameters"][name]
+    return definition
+
+
+def statements(role: str) -> list[dict[str, Any]]:
+    found = []
+    for policy in transformed()["Resources"][role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            if "Fn::If" in statement:  # conditional statement: [condition, statement, AWS::NoValue]
+                statement = statement["Fn::If"][1]
+            found.append(statement)
+    return found
+
+
+def granted(role: str) -> set[str]:
+    return {action for s in statements(role) for action in as_list(s["Action"])}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def module_files(module: str) -> list[Path]:
+    """``module`` and every module of this project it imports, transitively."""
+    seen: dict[str, Path] = {}
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        path = next((p for p in (ROOT / f"{name.replace('.', '/')}.py", ROOT / name.replace(".", "/") / "__init__.py")
+                     if p.exists()), None)  # fmt: skip
+        if name in seen or path is None:
+            continue
+        seen[name] = path
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                pending += [alias.name for alias in node.names if alias.name.split(".")[0] in PACKAGES]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+                pending += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return list(seen.values())
+
+
+def aws_calls(files: list[Path]) -> set[str]:
+    """boto3 client methods named in ``files``: called or passed (``s3.delete_objects``), or as a paginator name."""
+    text = "\n".join(path.read_text() for path in files)
+    session = botocore.session.get_session()
+    methods = {xform_name(op) for s in CLIENT_SERVICES for op in session.get_service_model(s).operation_names}
+    return {m for m in methods if re.search(rf"\.{m}\b|[\"']{m}[\"']", text)}
+
+
+def test_cfn_lint_passes() -> None:
+    assert [str(match) for match in lint_file(TEMPLATE)] == []
+
+
+def test_the_sam_transform_resolves_both_functions() -> None:
+    functions = resources("AWS::Lambda::Function")
+
+    assert {f["Properties"]["Handler"] for f in functions.values()} == {
+        "worker.lambda_handler.handler",
+        "worker.sweep.handler",
+    }
+    for function in functions.values():
+        assert function["Properties"]["Runtime"] == "python3.12"
+        assert function["Properties"]["Architectures"] == ["arm64"]
+
+
+def test_the_mapping_reports_failures_bisects_and_gives_up_in_finite_time() -> None:
+    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
+    props = mapping["Properties"]
+
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BisectBatchOnFunctionError"] is True
+    assert props["MaximumRetryAttempts"] == {"Ref": "MaximumRetryAttempts"}
+    assert parameter("MaximumRetryAttempts")["MinValue"] >= 0  # -1 would retry until the record expires
+    assert props["MaximumRecordAgeInSeconds"] == {"Ref": "MaximumRecordAgeInSeconds"}
+    assert parameter("MaximumRecordAgeInSeconds")["MinValue"] >= 60
+    assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["OnFailureQueue", "Arn"]}
+    assert props["EventSourceArn"] == {"Ref": "SessionTableStreamArn"}
+    for name in ("BatchSize", "ParallelizationFactor", "MaximumBatchingWindowInSeconds"):
+        assert props[name] == {"Ref": name}
+
+
+def test_the_mapping_delivers_only_remove_events() -> None:
+    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
+
+    [only] = mapping["Properties"]["FilterCriteria"]["Filters"]
+
+    assert json.loads(only["Pattern"]) == {"eventName": ["REMOVE"]}
+
+
+def test_every_environment_variable_is_a_setting() -> None:
+    fields = {name.upper() for name in Settings.model_fields} | {"SERVICE_NAME"}
+    for function in resources("AWS::Lambda::Function").values():
+        variables = set(function["Properties"]["Environment"]["Variables"])
+        assert variables <= fields, variables - fields
+
+
+def test_the_rollout_switch_defaults_to_dry_run_for_both_functions() -> None:
+    assert parameter("CleanupMode")["AllowedValues"] == sorted(mode.value for mode in CleanupMode)
+    assert parameter("CleanupMode")["Default"] == CleanupMode.DRY_RUN.value
+    for function in resources("AWS::Lambda::Function").values():
+        assert function["Properties"]["Environment"]["Variables"]["CLEANUP_MODE"] == {"Ref": "CleanupMode"}
+
+
+def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource() -> None:
+    text = TEMPLATE.read_text()
+    for role in resources("AWS::IAM::Role"):
+        for statement in statements(role):
+            assert not any("*" in action for action in as_list(statement["Action"])), statement
+            if "*" in as_list(statement["Resource"]):
+                # The only accepted form: a comment naming the statement and why AWS requires "*".
+                assert re.search(rf'#.*Resource "\*" for {statement["Sid"]}: \S', text), statement
+
+
+def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
+    calls = aws_calls(module_files("worker.lambda_handler"))
+    assert calls <= set(IAM_ACTIONS), f"add these calls to IAM_ACTIONS and the policy: {calls - set(IAM_ACTIONS)}"
+
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ
+
+    assert granted("CleanupRole") == needed
+
+
+def test_the_sweeper_role_grants_exactly_what_the_sweeper_calls() -> None:
+    calls = aws_calls([ROOT / "worker" / "sweep.py", ROOT / "cleanup" / "sweeper.py"])
+
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS
+
+    assert granted("SweeperRole") == needed
+
+
+def test_the_sweeper_queries_only_the_expiry_index_every_minute() -> None:
+    [query] = [s for s in statements("SweeperRole") if s["Action"] == "dynamodb:Query"]
+    [rule] = resources("AWS::Events::Rule").values()
+
+    assert query["Resource"]["Fn::Sub"].endswith(":table/${SessionTableName}/index/${ExpiryIndexName}")
+    assert parameter("ExpiryIndexName")["Default"] == Settings().expiry_index
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+
+
+def test_deletes_and_listings_are_confined_to_the_scratch_root() -> None:
+    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+
+    assert by_sid["DeleteUnderScratchRoot"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${ScratchRoot}*")
+    assert by_sid["ListScratchRoot"]["Condition"] == {"StringLike": {"s3:prefix": {"Fn::Sub": "${ScratchRoot}*"}}}
+    assert by_sid["CloseConnection"]["Resource"]["Fn::Sub"].endswith(
+        ":${WebSocketApiId}/${WebSocketStage}/DELETE/@connections/*"
+    )
+    assert by_sid["RetireGrant"]["Resource"] == {"Ref": "KmsKeyArn"}
+
+
+def test_the_created_bucket_has_the_lifecycle_backstop_on_the_scratch_root() -> None:
+    bucket = transformed()["Resources"]["ScratchBucket"]
+    rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+
+    assert bucket["Condition"] == "CreateScratchBucket"
+    assert all(rule["Prefix"] == {"Ref": "ScratchRoot"} and rule["Status"] == "Enabled" for rule in rules)
+    assert any("ExpirationInDays" in rule for rule in rules)
+    assert any("NoncurrentVersionExpiration" in rule for rule in rules)
+    assert any(rule.get("ExpiredObjectDeleteMarker") is True for rule in rules)
+
+
+@pytest.mark.parametrize("metric", ["RecordsFailed", "RecordsDeadLettered"])
+def test_failure_alarms_watch_the_workers_own_metrics(metric: str) -> None:
+    [alarm] = [a for a in resources("AWS::CloudWatch::Alarm").values() if a["Properties"].get("MetricName") == metric]
+
+    assert alarm["Properties"]["Namespace"] == {"Ref": "MetricsNamespace"}
+    assert alarm["Properties"]["Dimensions"] == [{"Name": "Service", "Value": {"Ref": "ServiceName"}}]
+    assert parameter("MetricsNamespace")["Default"] == Settings().metrics_namespace
+    assert parameter("ServiceName")["Default"] == Settings().service_name
+
+
+def test_the_action_failures_alarm_covers_every_action() -> None:
+    alarm = transformed()["Resources"]["ActionFailuresAlarm"]["Properties"]
+    stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+
+    assert {s["MetricName"] for s in stats} == {"ActionFailures"}
+    actions = {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Action"}
+    assert actions == {connection.ACTION, grant.ACTION, scratch.ACTION}
+
+
+def test_the_stream_and_the_function_have_alarms() -> None:
+    lambda_alarms = [a["Properties"] for a in resources("AWS::CloudWatch::Alarm").values()
+                     if a["Properties"].get("Namespace") == "AWS/Lambda"]  # fmt: skip
+    on_cleanup = {a["MetricName"] for a in lambda_alarms if a["Dimensions"][0]["Value"] == {"Ref": "CleanupFunction"}}
+
+    assert on_cleanup == {"Errors", "IteratorAge"}
