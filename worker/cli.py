@@ -1,7 +1,8 @@
 """``cleanup-worker``: one command, one sub-command per way of running the worker.
 
-Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``; a module is
-imported only to build the command line, and the exit code is the module's.
+Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``. Only the
+chosen sub-command's module is imported (a container running ``kcl`` does not load the demo's moto), and the exit
+code is the module's.
 """
 
 from __future__ import annotations
@@ -25,24 +26,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cleanup-worker", description=__doc__.splitlines()[0] if __doc__ else None)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; only ``command``'s module is imported (all of them when it is None)."""
+    parser = argparse.ArgumentParser(
+        prog="cleanup-worker", description="Cleans up after expired sessions from a DynamoDB stream."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, summary) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # not part of this build
         sub = commands.add_parser(name, help=summary, description=summary)
-        module.add_arguments(sub)
-        sub.set_defaults(handler=module.main)
+        if command is None or name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+            sub.set_defaults(handler=module.main)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     try:
         return int(args.handler(args))
     except KeyboardInterrupt:

@@ -1,0 +1,22 @@
+"""The command line: every sub-command loads and describes itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.cli import COMMANDS, main
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert f"cleanup-worker {command}" in capsys.readouterr().out
+
+
+def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["nonsense"])
+    assert exit_.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
