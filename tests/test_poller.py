@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from cleanup.checkpoints import ensure_table
 from cleanup.lease import Lease
@@ -103,7 +104,7 @@ def test_a_second_run_resumes_after_the_checkpoint(stack):
 
 def test_a_failing_record_holds_the_checkpoint_before_it_and_retries_while_there_is_no_queue(stack):
     before, after = stack.put_session("before"), stack.put_session("after")
-    bad = stack.put_session("bad", extra=UNSAFE)
+    stack.put_session("bad", extra=UNSAFE)
     stack.delete("before")
     stack.delete("bad")
     stack.delete("after")
@@ -305,3 +306,45 @@ def wait_for(condition: Any, process: subprocess.Popen[bytes], limit: float = 30
         assert process.poll() is None, "the poller exited early"
         assert time.monotonic() < end, "the poller made no checkpoint"
         time.sleep(0.1)
+
+
+class TrimmedStreams(LineageStreams):
+    """One open shard whose records before ``trimmed`` are gone, and whose first iterator has expired."""
+
+    def __init__(self, records: list[dict[str, Any]], trimmed: int) -> None:
+        super().__init__([], records)
+        self.trimmed = trimmed
+        self.expired_once = False
+
+    def describe_stream(self, StreamArn: str, **_: Any) -> dict[str, Any]:
+        return {"StreamDescription": {"Shards": [{"ShardId": self.CHILD, "SequenceNumberRange": {}}]}}
+
+    def get_shard_iterator(self, ShardId: str, ShardIteratorType: str, SequenceNumber: str = "", **_: Any) -> Any:
+        numbers = [r["dynamodb"]["SequenceNumber"] for r in self.records[ShardId]]
+        if ShardIteratorType == "AFTER_SEQUENCE_NUMBER" and numbers.index(SequenceNumber) + 1 < self.trimmed:
+            raise ClientError({"Error": {"Code": "TrimmedDataAccessException"}}, "GetShardIterator")
+        if ShardIteratorType == "TRIM_HORIZON":
+            return {"ShardIterator": f"{ShardId}|{self.trimmed}"}
+        return super().get_shard_iterator(ShardId, ShardIteratorType, SequenceNumber)
+
+    def get_records(self, ShardIterator: str, Limit: int = 1000) -> dict[str, Any]:
+        if not self.expired_once:
+            self.expired_once = True
+            raise ClientError({"Error": {"Code": "ExpiredIteratorException"}}, "GetRecords")
+        return super().get_records(ShardIterator, Limit)
+
+
+def test_records_trimmed_before_they_were_read_are_reported_by_sequence_number(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(3):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    make_poller(stack, streams=TrimmedStreams(records[:2], trimmed=0)).run(until_idle=True)
+
+    summary = make_poller(stack, streams=TrimmedStreams(records, trimmed=4)).run(until_idle=True)
+
+    numbers = [record["dynamodb"]["SequenceNumber"] for record in records]
+    assert summary.lost == [{"shardId": LineageStreams.CHILD, "after": numbers[1], "before": numbers[4]}]
+    assert summary.records == 2
+    assert_cleaned(stack, items[2])
+    assert checkpoint(stack, LineageStreams.CHILD)["sequenceNumber"]["S"] == numbers[-1]
