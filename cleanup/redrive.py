@@ -1,0 +1,219 @@
+"""Redriving failed batches: turn a failure message back into records, and clean them through the core.
+
+Two kinds of message name records to redo:
+
+* a Lambda on-failure destination message (``DDBStreamBatchInfo``: stream, shard, first and last sequence number,
+  batch size). It carries no records: the range is read again from the stream (AT_SEQUENCE_NUMBER, then GetRecords
+  until past the last sequence number, compared as integers). Records the stream no longer holds (trimmed after
+  24 hours, or the stream deleted) are reported lost, by sequence number;
+* this worker's own dead-letter message (``cleanup.deadletter``), which carries the whole record.
+
+A message may be deleted only when ``MessageResult.clean``: every record in it cleaned or skipped, none lost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from cleanup.aws_errors import error_code, translate
+from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.exceptions import CleanupError, PermanentError
+from cleanup.pipeline import Incoming, run_batch
+from cleanup.runtime import Runtime
+from cleanup.stream_reader import raw_get_records
+from schemas.outcomes import Outcome
+from schemas.records import RecordError, Source, read_record, sequence_number_of
+
+EMPTY_READS_AT_END = 3  # an open shard can answer empty before records that are there
+GONE_CODES = frozenset({"ResourceNotFoundException", "TrimmedDataAccessException"})
+
+
+class MessageFormatError(PermanentError):
+    """A message that is neither an on-failure destination message nor a dead-letter message."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRange:
+    """``DDBStreamBatchInfo``: the records of one failed invocation."""
+
+    stream_arn: str
+    shard_id: str
+    start: str
+    end: str
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Records of a range the stream no longer holds: ``first`` to ``last`` (inclusive), and why."""
+
+    first: str
+    last: str
+    why: str
+
+
+@dataclass
+class MessageResult:
+    """What became of one message's records."""
+
+    kind: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    lost: list[Lost] = field(default_factory=list)
+    missing: int = 0
+    error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        """Every record cleaned or skipped, none lost: only then may the message go."""
+        return not self.error and not self.lost and not self.missing and not any(o.failed for o in self.outcomes)
+
+
+def redrive(body: str, runtime: Runtime) -> MessageResult:
+    """Clean the records one message names. Never raises for a bad message: it is reported and kept."""
+    try:
+        message = parse_message(body)
+    except MessageFormatError as exc:
+        return MessageResult("unknown", error=str(exc))
+    if isinstance(message, BatchRange):
+        try:
+            records, lost, missing = read_range(runtime.clients.get("dynamodbstreams"), message)
+        except CleanupError as exc:
+            return MessageResult("on-failure", error=str(exc))
+        result = MessageResult("on-failure", lost=lost, missing=missing)
+    else:
+        records, result = [message], MessageResult("dead-letter")
+    result.outcomes = run_batch(records, runtime) if records else []
+    return result
+
+
+def parse_message(body: str) -> BatchRange | Incoming:
+    """The range an on-failure message names, or the record a dead-letter message carries.
+
+    Raises:
+        MessageFormatError: neither kind of message (an SNS envelope around one is unwrapped).
+    """
+    try:
+        message = json.loads(body)
+        if isinstance(message, dict) and message.get("Type") == "Notification":
+            message = json.loads(message["Message"])  # an SNS destination subscribed to the queue
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MessageFormatError(f"message is not JSON: {exc}") from exc
+    if not isinstance(message, dict):
+        raise MessageFormatError("message is not a JSON object")
+    if isinstance(message.get("DDBStreamBatchInfo"), dict):
+        return _batch_range(message["DDBStreamBatchInfo"])
+    if message.get("format") == MESSAGE_FORMAT:
+        return _dead_lettered(message)
+    raise MessageFormatError("neither a Lambda on-failure message (DDBStreamBatchInfo) nor a dead-letter message")
+
+
+def _batch_range(info: dict[str, Any]) -> BatchRange:
+    try:
+        start, end = str(info["startSequenceNumber"]), str(info["endSequenceNumber"])
+        if not (start.isdigit() and end.isdigit()):  # they are compared as integers
+            raise ValueError("sequence number")
+        size = info.get("batchSize")
+        return BatchRange(str(info["streamArn"]), str(info["shardId"]), start, end, int(size) if size else None)
+    except (KeyError, ValueError) as exc:
+        raise MessageFormatError(f"DDBStreamBatchInfo without a usable {exc}") from exc
+
+
+def _dead_lettered(message: dict[str, Any]) -> Incoming:
+    try:
+        source = Source(message["source"]) if message.get("source") else None
+        number = message.get("sequenceNumber") if source is Source.KINESIS else None
+        return read_record(message.get("record"), source, number)
+    except (ValueError, RecordError) as exc:
+        raise MessageFormatError(f"dead-letter message without a readable record: {exc}") from exc
+
+
+def read_range(streams: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
+    """The records of ``batch`` still in the stream, the ranges that are not, and how many records are missing.
+
+    Raises:
+        TransientError / PermanentError: the stream could not be read (other than being gone).
+    """
+    start, end = int(batch.start), int(batch.end)
+    first = _shard_start(streams, batch)
+    if first is None:
+        return [], [Lost(batch.start, batch.end, "the stream or its shard no longer exists")], batch.size or 0
+    iterator = _iterator(streams, batch, str(max(start, first)))
+    found: list[dict[str, Any]] = []
+    empty = 0
+    while iterator and empty < EMPTY_READS_AT_END:
+        page = _get_records(streams, iterator)
+        iterator, records = page.get("NextShardIterator"), page.get("Records", [])
+        empty = 0 if records else empty + 1
+        numbers = [(int(sequence_number_of(raw) or 0), raw) for raw in records]
+        found += [raw for number, raw in numbers if start <= number <= end]
+        if any(number >= end for number, _ in numbers):
+            break
+    # Lambda records name their stream; so do these, so that the core knows their table.
+    records = [read_record({**raw, "eventSourceARN": batch.stream_arn}, Source.LAMBDA) for raw in found]
+    lost = _lost(batch, [int(sequence_number_of(raw) or 0) for raw in found])
+    missing = max(0, batch.size - len(found)) if batch.size else 0
+    return records, lost, missing
+
+
+def _lost(batch: BatchRange, numbers: list[int]) -> list[Lost]:
+    start, end = int(batch.start), int(batch.end)
+    if not numbers:
+        return [Lost(batch.start, batch.end, "no longer in the stream (trimmed)")]
+    lost = []
+    if numbers[0] != start:
+        lost.append(Lost(batch.start, str(numbers[0] - 1), "no longer in the stream (trimmed)"))
+    if numbers[-1] != end:
+        lost.append(Lost(str(numbers[-1] + 1), batch.end, "not found in the stream"))
+    return lost
+
+
+def _shard_start(streams: Any, batch: BatchRange) -> int | None:
+    """The shard's first sequence number, or None when the stream or the shard is gone."""
+    kwargs: dict[str, Any] = {"StreamArn": batch.stream_arn}
+    while True:
+        description = _call(streams.describe_stream, "DescribeStream", **kwargs)
+        if description is None:
+            return None
+        for shard in description["StreamDescription"].get("Shards", []):
+            if shard["ShardId"] == batch.shard_id:
+                return int(shard["SequenceNumberRange"]["StartingSequenceNumber"])
+        last = description["StreamDescription"].get("LastEvaluatedShardId")
+        if not last:
+            return None
+        kwargs["ExclusiveStartShardId"] = last
+
+
+def _iterator(streams: Any, batch: BatchRange, at: str) -> str | None:
+    kwargs = {"StreamArn": batch.stream_arn, "ShardId": batch.shard_id}
+    answer = _call(streams.get_shard_iterator, "GetShardIterator", **kwargs, **_position(at))
+    if answer is None:  # trimmed past ``at``: read what is left of the shard, the rest is reported lost
+        answer = _call(streams.get_shard_iterator, "GetShardIterator", **kwargs, ShardIteratorType="TRIM_HORIZON")
+    return str(answer["ShardIterator"]) if answer else None
+
+
+def _position(at: str) -> dict[str, str]:
+    return {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "SequenceNumber": at}
+
+
+def _get_records(streams: Any, iterator: str) -> dict[str, Any]:
+    try:
+        return raw_get_records(streams, iterator)
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, "GetRecords") from exc
+
+
+def _call(operation: Any, name: str, **kwargs: Any) -> dict[str, Any] | None:
+    """The call's answer, or None when what it names is gone (deleted stream, trimmed records)."""
+    try:
+        answer: dict[str, Any] = operation(**kwargs)
+    except ClientError as exc:
+        if error_code(exc) in GONE_CODES:
+            return None
+        raise translate(exc, name) from exc
+    except BotoCoreError as exc:
+        raise translate(exc, name) from exc
+    return answer

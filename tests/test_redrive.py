@@ -1,0 +1,193 @@
+"""``cleanup-worker redrive``: re-read failed batches from the stream, clean them, delete only clean messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cleanup.deadletter import message_body
+from schemas.outcomes import Outcome, Status
+from schemas.records import Source, read_record
+from tests.stack import SessionStack, client
+from worker import cli
+
+ON_FAILURE = json.loads((Path(__file__).parent / "events" / "lambda-on-failure-destination.json").read_text())
+
+
+@pytest.fixture
+def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
+    for name, value in {
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "SESSION_TABLE": stack.table,
+        "WS_CALLBACK_URL": stack.aws.endpoint_url,
+        "METRICS_DESTINATION": "off",
+        "RETRY_MAX_WAIT_SECONDS": "0.05",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stack
+
+
+@pytest.fixture
+def queue(stack: SessionStack) -> str:
+    return str(client("sqs").create_queue(QueueName=f"failures-{stack.table}")["QueueUrl"])
+
+
+def on_failure(stack: SessionStack, records: list[dict[str, Any]], **changes: Any) -> str:
+    """The on-failure destination message Lambda would send for ``records`` (the documented sample, retargeted)."""
+    numbers = [r["dynamodb"]["SequenceNumber"] for r in records]
+    shard = stack.streams.describe_stream(StreamArn=stack.stream_arn)["StreamDescription"]["Shards"][0]["ShardId"]
+    info = {
+        **ON_FAILURE["DDBStreamBatchInfo"],
+        "streamArn": stack.stream_arn,
+        "shardId": shard,
+        "startSequenceNumber": numbers[0],
+        "endSequenceNumber": numbers[-1],
+        "batchSize": len(records),
+        **changes,
+    }
+    return json.dumps({**ON_FAILURE, "DDBStreamBatchInfo": info})
+
+
+def send(queue: str, *bodies: str) -> None:
+    for body in bodies:
+        client("sqs").send_message(QueueUrl=queue, MessageBody=body)
+
+
+def on_queue(queue: str) -> list[str]:
+    answer = client("sqs").receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    return [m["Body"] for m in answer.get("Messages", [])]
+
+
+def redrive(capsys: pytest.CaptureFixture[str], queue: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_failed_batch_is_read_again_cleaned_and_its_message_deleted(worker_env, queue, capsys):
+    stack = worker_env
+    first, second = stack.put_session("r1", connection_id="conn-r1"), stack.put_session("r2")
+    stack.delete("r1")
+    stack.expire("r2")
+    send(queue, on_failure(stack, stack.new_records()))
+
+    code, summary = redrive(capsys, queue)
+
+    assert (code, summary) == (0, {"messages": 1, "deleted": 1, "kept": []})
+    assert stack.objects(first["scratchPrefix"]) == stack.objects(second["scratchPrefix"]) == []
+    assert {first["grantId"], second["grantId"]}.isdisjoint(stack.grant_ids())
+    assert on_queue(queue) == []
+
+
+def test_only_the_named_range_is_cleaned(worker_env, queue, capsys):
+    stack = worker_env
+    inside, after = stack.put_session("in"), stack.put_session("after")
+    stack.delete("in")
+    batch = stack.new_records()
+    stack.delete("after")
+    send(queue, on_failure(stack, batch))
+
+    code, _ = redrive(capsys, queue)
+
+    assert code == 0
+    assert stack.objects(inside["scratchPrefix"]) == []
+    assert len(stack.objects(after["scratchPrefix"])) == 3
+
+
+def test_a_message_with_a_failed_record_is_kept(worker_env, queue, capsys):
+    stack = worker_env
+    stack.s3.put_object(Bucket=stack.bucket, Key="shared/keep", Body=b"x")
+    stack.put_session("bad", grant=False, objects=0, extra={"scratchPrefix": "shared/"})
+    stack.delete("bad")
+    records = stack.new_records()
+    body = on_failure(stack, records)
+    send(queue, body)
+
+    code, summary = redrive(capsys, queue)
+
+    assert code == 1
+    (kept,) = summary["kept"]
+    assert [f["sequenceNumber"] for f in kept["failed"]] == [records[-1]["dynamodb"]["SequenceNumber"]]
+    assert on_queue(queue) == [body]  # kept, and visible again at once
+    assert stack.objects("shared/") == ["shared/keep"]
+
+
+def test_records_trimmed_from_the_stream_are_reported_lost_and_the_message_kept(worker_env, queue, capsys):
+    stack = worker_env
+    item = stack.put_session("t1")
+    stack.delete("t1")
+    records = stack.new_records()
+    before_the_shard = str(int(records[0]["dynamodb"]["SequenceNumber"]) - 5)
+    body = on_failure(stack, records, startSequenceNumber=before_the_shard, batchSize=len(records) + 5)
+    send(queue, body)
+
+    code, summary = redrive(capsys, queue)
+
+    assert code == 1
+    (kept,) = summary["kept"]
+    first_kept = str(int(records[0]["dynamodb"]["SequenceNumber"]) - 1)
+    assert kept["lost"] == [{"first": before_the_shard, "last": first_kept, "why": "no longer in the stream (trimmed)"}]
+    assert kept["missing"] == 5
+    assert stack.objects(item["scratchPrefix"]) == []  # what is still in the stream is cleaned all the same
+    assert on_queue(queue) == [body]
+
+
+def test_a_batch_of_a_deleted_stream_is_lost_whole(worker_env, queue, capsys):
+    stack = worker_env
+    gone_arn = stack.stream_arn.replace(stack.table, f"{stack.table}-deleted")
+    body = on_failure(stack, [{"dynamodb": {"SequenceNumber": "100"}}, {"dynamodb": {"SequenceNumber": "300"}}])
+    body = body.replace(stack.stream_arn, gone_arn)
+    send(queue, body)
+
+    code, summary = redrive(capsys, queue)
+
+    assert code == 1
+    assert summary["kept"][0]["lost"] == [
+        {"first": "100", "last": "300", "why": "the stream or its shard no longer exists"}
+    ]
+    assert on_queue(queue) == [body]
+
+
+def test_a_dead_letter_message_is_cleaned_from_the_record_it_carries(worker_env, queue, capsys):
+    stack = worker_env
+    item = stack.put_session("dl", connection_id="conn-dl")
+    stack.delete("dl")
+    raw = stack.lambda_event()["Records"][-1]
+    record = read_record(raw, Source.LAMBDA)
+    failed = Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="AccessDenied")
+    send(queue, message_body(failed, record))
+
+    code, summary = redrive(capsys, queue)
+
+    assert (code, summary["deleted"]) == (0, 1)
+    assert stack.objects(item["scratchPrefix"]) == []
+    assert item["grantId"] not in stack.grant_ids()
+    assert on_queue(queue) == []
+
+
+def test_an_unknown_message_is_reported_and_kept(worker_env, queue, capsys):
+    send(queue, '{"hello": "world"}')
+
+    code, summary = redrive(capsys, queue)
+
+    assert code == 1
+    assert summary["kept"][0]["kind"] == "unknown"
+    assert "neither a Lambda on-failure message" in summary["kept"][0]["error"]
+    assert on_queue(queue) == ['{"hello": "world"}']
+
+
+def test_the_readable_report_says_what_was_deleted_and_kept(worker_env, queue, capsys):
+    stack = worker_env
+    stack.put_session("ok")
+    stack.delete("ok")
+    send(queue, on_failure(stack, stack.new_records()), "not json")
+
+    code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0"])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "on-failure   2 records, 2 clean  deleted" in out
+    assert "2 messages: 1 deleted, 1 kept" in out

@@ -1,0 +1,144 @@
+"""``cleanup-worker redrive --queue-url URL``: clean again the batches an SQS queue says failed.
+
+The queue holds Lambda on-failure destination messages or this worker's dead-letter messages (``cleanup.redrive``
+reads both). A message is deleted only once every record it names is clean; otherwise it is kept, made visible again
+at the end of the run, and reported with its failed and lost records. Redrive sends nothing to the dead-letter queue:
+the message it is redriving already holds the failure, and keeping it is what loses nothing.
+
+Exit code: 0 when every message was deleted, 1 when some were kept, 2 on usage or configuration errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
+
+from cleanup.redrive import MessageResult, redrive
+from cleanup.runtime import Runtime
+from cleanup.telemetry import configure_logging
+from schemas.settings import Settings
+
+EXIT_OK, EXIT_KEPT, EXIT_USAGE = 0, 1, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--queue-url", required=True, help="SQS queue of on-failure or dead-letter messages")
+    parser.add_argument(
+        "--wait-seconds",
+        type=int,
+        default=1,
+        choices=range(21),
+        metavar="0-20",
+        help="SQS long-poll wait; the run ends at the first receive that brings nothing new",
+    )
+    parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON summary on stdout")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Redrive every message on the queue with the settings from the environment."""
+    try:
+        settings = Settings.from_env()
+    except ValidationError as exc:
+        print(f"cleanup-worker redrive: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = settings.model_copy(update={"dead_letter_queue_url": None})
+    configure_logging(settings)
+    runtime = Runtime(settings)
+    try:
+        return run(args, runtime)
+    finally:
+        runtime.close()
+
+
+@dataclass
+class Report:
+    messages: list[tuple[str, MessageResult]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        kept = [(message_id, result) for message_id, result in self.messages if not result.clean]
+        return {
+            "messages": len(self.messages),
+            "deleted": len(self.messages) - len(kept),
+            "kept": [_kept(message_id, result) for message_id, result in kept],
+        }
+
+
+def _kept(message_id: str, result: MessageResult) -> dict[str, Any]:
+    line: dict[str, Any] = {"messageId": message_id, "kind": result.kind}
+    if result.error:
+        line["error"] = result.error
+    line["failed"] = [{"sequenceNumber": o.sequence_number, "error": o.error} for o in result.outcomes if o.failed]
+    line["lost"] = [{"first": lost.first, "last": lost.last, "why": lost.why} for lost in result.lost]
+    if result.missing:
+        line["missing"] = result.missing
+    return line
+
+
+def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) -> int:
+    """Receive, redrive and (when clean) delete every message; then print the report."""
+    out = out or sys.stdout
+    sqs = runtime.clients.sqs
+    report = Report()
+    kept: list[str] = []
+    try:
+        for message in _messages(sqs, args.queue_url, args.wait_seconds):
+            result = redrive(message["Body"], runtime)
+            report.messages.append((message["MessageId"], result))
+            if result.clean:
+                sqs.delete_message(QueueUrl=args.queue_url, ReceiptHandle=message["ReceiptHandle"])
+            else:
+                kept.append(message["ReceiptHandle"])
+    except (ClientError, BotoCoreError) as exc:
+        print(f"cleanup-worker redrive: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ClientError) and not report.messages else EXIT_KEPT
+    finally:
+        _release(sqs, args.queue_url, kept)
+    _print(report, out, as_json=args.as_json)
+    return EXIT_KEPT if any(not result.clean for _, result in report.messages) else EXIT_OK
+
+
+def _messages(sqs: Any, queue_url: str, wait_seconds: int) -> Any:
+    """Every message on the queue once: stops at the first receive that brings none not already seen."""
+    seen: set[str] = set()
+    while True:
+        answer = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait_seconds)
+        fresh = [m for m in answer.get("Messages", []) if m["MessageId"] not in seen]
+        if not fresh:
+            return
+        for message in fresh:
+            seen.add(message["MessageId"])
+            yield message
+
+
+def _release(sqs: Any, queue_url: str, receipts: list[str]) -> None:
+    # Kept messages are made visible again now, so that the next run (or a person) sees them at once.
+    # A failure here is harmless: the message becomes visible anyway when its visibility timeout ends.
+    for receipt in receipts:
+        with contextlib.suppress(ClientError, BotoCoreError):
+            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt, VisibilityTimeout=0)
+
+
+def _print(report: Report, out: IO[str], *, as_json: bool) -> None:
+    summary = report.summary()
+    if as_json:
+        print(json.dumps(summary), file=out)
+        return
+    for message_id, result in report.messages:
+        cleaned = sum(1 for o in result.outcomes if not o.failed)
+        verdict = "deleted" if result.clean else "kept"
+        print(f"{message_id}  {result.kind:<11}  {len(result.outcomes)} records, {cleaned} clean  {verdict}", file=out)
+        for outcome in result.outcomes:
+            if outcome.failed:
+                print(f"    failed {outcome.sequence_number}: {outcome.error}", file=out)
+        for lost in result.lost:
+            print(f"    lost {lost.first}..{lost.last}: {lost.why}", file=out)
+        if result.error:
+            print(f"    {result.error}", file=out)
+    print(f"\n{summary['messages']} messages: {summary['deleted']} deleted, {len(summary['kept'])} kept", file=out)
