@@ -1,0 +1,235 @@
+"""``cleanup-worker kcl`` as a subprocess, driven over the multilang protocol by a stand-in daemon."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import boto3
+import pytest
+
+from tests.kcl_daemon import SHARD_END, FakeDaemon, KinesisShard, kinesis_payload
+
+RETRY_LINE = "retries it in place"
+WAIT_GUARD_SECONDS = 60.0  # a hang guard only
+
+
+@pytest.fixture
+def daemon(aws, stack, tmp_path):
+    """Start a child with the stack's settings (plus overrides); every child is stopped after the test."""
+    started: list[FakeDaemon] = []
+
+    def start(**settings: str) -> FakeDaemon:
+        env = {
+            **aws.environment(),
+            "SCRATCH_BUCKET": stack.bucket,
+            "KMS_KEY_ID": stack.key_arn,
+            "RETRY_MAX_WAIT_SECONDS": "0.05",
+            **settings,
+        }
+        child = FakeDaemon(env, tmp_path / f"stderr-{len(started)}.log")
+        started.append(child)
+        child.initialize()
+        return child
+
+    yield start
+    for child in started:
+        if child.child.poll() is None:
+            child.kill()
+
+
+def deletes(stack, shard: KinesisShard, *sessions: str) -> list[dict]:
+    """Delete the sessions and return their stream records (and anything written before) as Kinesis records."""
+    for session in sessions:
+        stack.delete(session)
+    return shard.records(kinesis_payload(record, stack.table) for record in stack.new_records())
+
+
+def bad_session(stack, session_id: str) -> str:
+    """A session whose scratch prefix lies outside the scratch root: cleaning it always fails. Returns that prefix."""
+    prefix = f"elsewhere/{session_id}/"
+    stack.s3.put_object(Bucket=stack.bucket, Key=f"{prefix}not-ours", Body=b"keep")
+    stack.put_session(session_id, extra={"scratchPrefix": prefix})
+    return prefix
+
+
+def wait_for(predicate, what: str) -> None:
+    give_up = time.monotonic() + WAIT_GUARD_SECONDS
+    while not predicate():
+        assert time.monotonic() < give_up, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+def dead_letters(queue_url: str) -> list[dict]:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(message["Body"]) for message in messages]
+
+
+def new_queue() -> str:
+    return boto3.client("sqs", region_name="us-east-1").create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")[
+        "QueueUrl"
+    ]
+
+
+def test_a_batch_of_deletes_is_cleaned_and_checkpointed_at_its_last_record(stack, daemon):
+    explicit, expired = stack.put_session("e1"), stack.put_session("x1", ttl=int(time.time()) - 60)
+    live = stack.put_session("live")
+    stack.expire("x1")
+    records = deletes(stack, KinesisShard(), "e1")
+    child = daemon()
+
+    child.process_records(records)
+
+    assert stack.objects(explicit["scratchPrefix"]) == stack.objects(expired["scratchPrefix"]) == []
+    assert {explicit["grantId"], expired["grantId"]}.isdisjoint(stack.grant_ids())
+    assert len(stack.objects(live["scratchPrefix"])) == 3 and live["grantId"] in stack.grant_ids()
+    assert child.checkpoints == [records[-1]["sequenceNumber"]]
+    assert child.close() == 0
+
+
+def test_stdout_carries_only_protocol_messages(stack, daemon):
+    stack.put_session("s1")
+    records = deletes(stack, KinesisShard(), "s1")
+    child = daemon(LOG_LEVEL="DEBUG")
+
+    child.process_records(records)
+    child.shutdown_requested()
+    child.close()
+
+    protocol = [json.loads(line) for line in child.stdout_lines if line.strip()]
+    assert all("action" in message for message in protocol)
+    assert [m["responseFor"] for m in protocol if m["action"] == "status"] == [
+        "initialize",
+        "processRecords",
+        "shutdownRequested",
+    ]
+    assert '"SessionsCleaned"' in child.stderr() and '"record cleaned"' in child.stderr()
+
+
+def test_unreadable_data_is_dead_lettered_by_sequence_number(stack, daemon):
+    queue = new_queue()
+    shard = KinesisShard()
+    records = shard.records([b"", b"{not json", ["a", "list"]])
+    records[0]["data"] = "%%% not base64 %%%"
+    child = daemon(DEAD_LETTER_QUEUE_URL=queue, MAX_RECORD_ATTEMPTS="1")
+
+    child.process_records(records)
+
+    letters = dead_letters(queue)
+    assert sorted(letter["sequenceNumber"] for letter in letters) == [r["sequenceNumber"] for r in records]
+    assert child.checkpoints == [records[-1]["sequenceNumber"]]
+    assert child.close() == 0
+
+
+def test_a_failing_record_holds_the_checkpoint_before_it(stack, daemon):
+    stack.put_session("before")
+    bad = bad_session(stack, "bad")
+    records = deletes(stack, KinesisShard(), "before", "bad")
+    child = daemon()
+
+    child.post({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+    first = child.next_message()
+    assert first["action"] == "checkpoint"
+    child.answer_checkpoint(first)
+    wait_for(lambda: child.stderr().count(RETRY_LINE) >= 3, "three retries of the failing record")
+
+    assert first["sequenceNumber"] == records[-2]["sequenceNumber"]
+    assert stack.objects(bad) == [f"{bad}not-ours"]
+    assert child.stderr().count('"RecordRetries"') >= 3
+    child.kill()
+
+
+def test_a_record_failing_max_attempts_is_dead_lettered_and_the_shard_moves_on(stack, daemon):
+    queue = new_queue()
+    stack.put_session("before")
+    bad_session(stack, "bad")
+    stack.put_session("after")
+    records = deletes(stack, KinesisShard(), "before", "bad", "after")
+    child = daemon(DEAD_LETTER_QUEUE_URL=queue, MAX_RECORD_ATTEMPTS="3")
+
+    child.process_records(records)
+
+    bad_record = records[-2]["sequenceNumber"]
+    assert [letter["sequenceNumber"] for letter in dead_letters(queue)] == [bad_record]
+    assert child.checkpoints == [records[-3]["sequenceNumber"], records[-1]["sequenceNumber"]]
+    assert child.stderr().count(RETRY_LINE) == 2
+
+
+def test_a_throttled_checkpoint_is_retried(stack, daemon):
+    stack.put_session("s1")
+    records = deletes(stack, KinesisShard(), "s1")
+    child = daemon()
+    child.checkpoint_errors = ["ThrottlingException", "ThrottlingException"]
+
+    child.process_records(records)
+
+    last = records[-1]["sequenceNumber"]
+    assert [request["sequenceNumber"] for request in child.requests] == [last, last, last]
+    assert child.checkpoints == [last]
+
+
+def test_after_a_shutdown_exception_it_never_checkpoints_again(stack, daemon):
+    shard = KinesisShard()
+    stack.put_session("s1")
+    first = deletes(stack, shard, "s1")
+    child = daemon()
+    child.checkpoint_errors = ["ShutdownException"]
+    child.process_records(first)
+    stack.put_session("s2")
+
+    child.process_records(deletes(stack, shard, "s2"))
+    child.shutdown_requested()
+
+    assert len(child.requests) == 1 and child.checkpoints == []
+
+
+def test_shutdown_requested_checkpoints_what_is_done(stack, daemon):
+    stack.put_session("s1")
+    records = deletes(stack, KinesisShard(), "s1")
+    child = daemon()
+    child.checkpoint_errors = ["ThrottlingException"] * 6  # the batch's own checkpoint gives up
+    child.process_records(records)
+    assert child.checkpoints == []
+
+    child.shutdown_requested()
+
+    assert child.checkpoints == [records[-1]["sequenceNumber"]]
+
+
+def test_shard_end_is_checkpointed_when_every_record_is_clean(stack, daemon):
+    stack.put_session("s1")
+    records = deletes(stack, KinesisShard(), "s1")
+    child = daemon()
+    child.process_records(records)
+
+    child.shard_ended()
+
+    assert child.checkpoints == [records[-1]["sequenceNumber"], SHARD_END]
+
+
+def test_shard_end_is_not_checkpointed_while_a_record_is_not_clean(stack, daemon):
+    bad_session(stack, "bad")
+    records = deletes(stack, KinesisShard(), "bad")
+    child = daemon()
+    # The session's INSERT is clean and checkpointed; that checkpoint is refused while the REMOVE waits.
+    child.checkpoint_errors = ["InvalidStateException"]
+
+    child.process_records(records)
+    child.shard_ended()
+
+    assert SHARD_END not in child.checkpoints and len(child.requests) == 1
+
+
+def test_lease_lost_stops_without_a_checkpoint(stack, daemon):
+    stack.put_session("s1")
+    records = deletes(stack, KinesisShard(), "s1")
+    child = daemon()
+    child.process_records(records)
+    before = len(child.requests)
+
+    child.lease_lost()
+
+    assert len(child.requests) == before == 1
+    assert child.close() == 0

@@ -1,0 +1,222 @@
+"""``cleanup-worker kcl``: the record processor a KCL MultiLangDaemon runs (its ``executableName``).
+
+The daemon reads the Kinesis data stream the session table publishes its changes to (Kinesis Data Streams for
+DynamoDB) and talks to this process in JSON lines over stdin/stdout, through amazon_kclpy's v3 interface. Each
+record's ``data`` is a DynamoDB change record; the batch goes through the same core as every other entry point.
+
+Guarantees, per shard:
+
+* The checkpoint never passes a record that is not clean. After every attempt at a batch it moves to the last record
+  before the first one still failing.
+* Failed records are retried in place with backoff: amazon_kclpy acknowledges a batch even when the processor
+  raises, so the processor itself must not return before its records are clean. A record still failing after
+  MAX_RECORD_ATTEMPTS goes to DEAD_LETTER_QUEUE_URL and the shard moves on; with no queue the shard waits on it, and
+  every attempt logs an error and counts ``RecordRetries``.
+* stdout carries the protocol and nothing else: file descriptor 1 is handed to the protocol and then pointed at
+  stderr, where logs and metrics go, so a stray print (ours or a library's) cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+from cleanup.deadletter import dead_letter
+from cleanup.pipeline import Incoming, process_batch
+from cleanup.runtime import Runtime
+from cleanup.telemetry import configure_logging, log, log_outcomes
+from schemas.outcomes import Outcome
+from schemas.records import Source, UnreadableRecord, read_record
+from schemas.settings import Settings
+
+MAX_BACKOFF_SECONDS = 60.0
+CHECKPOINT_TRIES = 6
+RETRYABLE_CHECKPOINT_ERRORS = frozenset({"ThrottlingException", "KinesisClientLibDependencyException"})
+FINAL_CHECKPOINT_ERRORS = frozenset({"ShutdownException", "InvalidStateException"})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options: the daemon starts this command, and the settings come from the environment."""
+    parser.epilog = "Run by the KCL MultiLangDaemon (executableName); see deploy/kcl/cleanup.properties."
+
+
+def main(args: argparse.Namespace) -> int:
+    """Speak the multilang protocol on stdin/stdout until the daemon closes stdin."""
+    from amazon_kclpy import kcl
+
+    protocol = _claim_stdout()
+    settings = Settings.from_env()
+    configure_logging(settings, sys.stderr)
+    runtime = Runtime(settings)
+    try:
+        kcl.KCLProcess(record_processor(runtime), input_file=sys.stdin, output_file=protocol).run()
+    finally:
+        runtime.close()
+    return 0
+
+
+def _claim_stdout() -> IO[str]:
+    """Keep the real stdout for the protocol, and send everything else written to fd 1 (or sys.stdout) to stderr."""
+    sys.stdout.flush()
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol
+
+
+def record_processor(runtime: Runtime) -> Any:
+    """A ``ShardCleaner`` that is also an amazon_kclpy v3 ``RecordProcessorBase`` (imported only when needed)."""
+    from amazon_kclpy.v3 import processor
+
+    class CleanupRecordProcessor(ShardCleaner, processor.RecordProcessorBase):  # type: ignore[misc]
+        """The v3 record processor: every method comes from ``ShardCleaner``."""
+
+    return CleanupRecordProcessor(runtime)
+
+
+class ShardCleaner:
+    """Cleans one shard's records and checkpoints behind them (the methods of amazon_kclpy's v3 interface)."""
+
+    version = 3
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.shard_id = "?"
+        self.clean_through: tuple[str, int] | None = None  # the last record known clean (sequence, sub-sequence)
+        self.all_clean = True  # False once a batch was left with records not clean
+        self.can_checkpoint = True
+
+    # The protocol's messages.
+    def initialize(self, initialize_input: Any) -> None:
+        self.shard_id = initialize_input.shard_id
+        log.info("shard assigned", extra={"shardId": self.shard_id, "from": initialize_input.sequence_number})
+
+    def process_records(self, process_records_input: Any) -> None:
+        """Clean the batch, retrying in place, and checkpoint behind the clean records."""
+        delivered = list(process_records_input.records)
+        records = [decode(record) for record in delivered]
+        checkpointer = process_records_input.checkpointer
+        pending = list(range(len(records)))  # records not yet clean; a retry runs only these, in order
+        checkpointed, attempt = 0, 0
+        while pending and self.can_checkpoint:
+            attempt += 1
+            outcomes = dict(zip(pending, self._attempt([records[i] for i in pending], attempt), strict=True))
+            pending = [i for i in pending if outcomes[i].failed and not outcomes[i].dead_lettered]
+            clean = pending[0] if pending else len(records)  # every record before the first pending one is clean
+            if clean > checkpointed:
+                last = delivered[clean - 1]
+                self.clean_through = (last.sequence_number, last.sub_sequence_number)
+                self._checkpoint(checkpointer, *self.clean_through)
+                checkpointed = clean
+            if pending:
+                self._before_retry(outcomes[pending[0]], attempt)
+        self.all_clean = self.all_clean and not pending
+
+    def lease_lost(self, lease_lost_input: Any) -> None:
+        # Another worker owns the shard now and resumes from the last checkpoint: checkpointing is no longer allowed.
+        self.can_checkpoint = False
+        log.warning("lease lost; stopping without a checkpoint", extra={"shardId": self.shard_id})
+
+    def shard_ended(self, shard_ended_input: Any) -> None:
+        """Checkpoint SHARD_END, which lets the child shards start, only when every record of this shard is clean."""
+        if not self.all_clean:
+            log.error(
+                "shard ended with records not clean; SHARD_END not checkpointed, the shard will be processed again",
+                extra={"shardId": self.shard_id, "cleanThrough": self._clean_sequence()},
+            )
+            return
+        self._checkpoint(shard_ended_input.checkpointer, None, None)
+        log.info("shard ended; SHARD_END checkpointed", extra={"shardId": self.shard_id})
+
+    def shutdown_requested(self, shutdown_requested_input: Any) -> None:
+        """Checkpoint what is done before the daemon shuts down."""
+        if self.clean_through is not None:
+            self._checkpoint(shutdown_requested_input.checkpointer, *self.clean_through)
+        log.info("shutdown requested", extra={"shardId": self.shard_id, "cleanThrough": self._clean_sequence()})
+
+    # One attempt at what is left of a batch.
+    def _attempt(self, records: Sequence[Incoming], attempt: int) -> list[Outcome]:
+        """Process the records; on their last allowed attempt, dead-letter those still failing (when a queue is set)."""
+        outcomes = process_batch(records, self.runtime)
+        if attempt >= self.runtime.settings.max_record_attempts:
+            exhausted = [o.model_copy(update={"permanent": True}) if o.failed else o for o in outcomes]
+            outcomes = dead_letter(exhausted, records, self.runtime)
+        log_outcomes(outcomes)
+        self.runtime.metrics.record_outcomes(outcomes)
+        self.runtime.metrics.flush()
+        return outcomes
+
+    def _before_retry(self, failed: Outcome, attempt: int) -> None:
+        settings = self.runtime.settings
+        self.runtime.metrics.count("RecordRetries")
+        self.runtime.metrics.flush()  # every attempt, so a waiting shard shows in the metrics while it waits
+        level = logging.ERROR if attempt >= settings.max_record_attempts else logging.WARNING
+        log.log(
+            level,
+            "record not clean; the shard waits and retries it in place"
+            + ("" if settings.dead_letter_queue_url else " (no DEAD_LETTER_QUEUE_URL: it will never be skipped)"),
+            extra={
+                "shardId": self.shard_id,
+                "sequenceNumber": failed.sequence_number,
+                "attempt": attempt,
+                "error": failed.error,
+            },
+        )
+        time.sleep(backoff(attempt, settings.retry_max_wait_seconds))
+
+    # Checkpoints.
+    def _checkpoint(self, checkpointer: Any, sequence_number: str | None, sub_sequence_number: int | None) -> None:
+        """Checkpoint, retrying throttling; after a shutdown or invalid-state answer, never checkpoint again."""
+        from amazon_kclpy.checkpoint_error import CheckpointError
+
+        for attempt in range(1, CHECKPOINT_TRIES + 1):
+            if not self.can_checkpoint:
+                return
+            try:
+                checkpointer.checkpoint(sequence_number, sub_sequence_number)
+                return
+            except CheckpointError as exc:
+                error = str(exc.value)
+            extra = {"shardId": self.shard_id, "sequenceNumber": sequence_number, "error": error, "attempt": attempt}
+            if error in FINAL_CHECKPOINT_ERRORS:
+                self.can_checkpoint = False
+                log.warning("checkpointing stopped: the shard is being handed over or shut down", extra=extra)
+                return
+            if error not in RETRYABLE_CHECKPOINT_ERRORS:
+                log.error("checkpoint refused; the next checkpoint covers these records", extra=extra)
+                return
+            log.warning("checkpoint throttled; retrying", extra=extra)
+            time.sleep(backoff(attempt, self.runtime.settings.retry_max_wait_seconds))
+        log.error("checkpoint still throttled; the next one covers these records", extra={"shardId": self.shard_id})
+
+    def _clean_sequence(self) -> str | None:
+        return self.clean_through[0] if self.clean_through else None
+
+
+def decode(record: Any) -> Incoming:
+    """A Kinesis record's ``data`` (base64 JSON of a DynamoDB change record) as a stream record.
+
+    Anything else becomes an ``UnreadableRecord`` under the Kinesis sequence number: reported, never a crash.
+    """
+    sequence_number = str(record.sequence_number)
+    try:
+        payload = json.loads(base64.b64decode(record.data, validate=True))
+    except (binascii.Error, ValueError, TypeError) as exc:  # ValueError covers bad JSON and bad UTF-8
+        return UnreadableRecord(
+            sequence_number=sequence_number, error=f"record data is not base64 JSON: {exc}", raw=record.data
+        )
+    return read_record(payload, Source.KINESIS, sequence_number=sequence_number)
+
+
+def backoff(attempt: int, base_seconds: float) -> float:
+    """Exponential backoff with full jitter, capped: the wait before try ``attempt + 1``."""
+    return random.uniform(0, min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** (attempt - 1)))
