@@ -348,3 +348,33 @@ def test_records_trimmed_before_they_were_read_are_reported_by_sequence_number(s
     assert summary.records == 2
     assert_cleaned(stack, items[2])
     assert checkpoint(stack, LineageStreams.CHILD)["sequenceNumber"]["S"] == numbers[-1]
+
+
+def test_a_consumer_killed_mid_run_is_resumed_by_the_next_without_losing_a_record(stack, aws, tmp_path):
+    items = [stack.put_session(f"s{n}", objects=1) for n in range(10)]
+    for n in range(10):
+        stack.delete(f"s{n}")
+    numbers = sequence_numbers(stack)
+    env = {
+        **os.environ,
+        **aws.environment(),
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
+        "BATCH_SIZE": "1",
+        "METRICS_DESTINATION": "off",
+    }
+    command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, "--until-idle"]
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _saved(stack) is not None, process)
+    finally:
+        process.kill()  # SIGKILL: no checkpoint flush, no lease release
+        process.wait()
+    killed_at = _saved(stack)
+
+    resumed = make_poller(stack, lease_seconds=1).run(until_idle=True)
+
+    assert resumed.records == len(numbers) - numbers.index(killed_at) - 1
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
