@@ -24,10 +24,12 @@ from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
 from cleanup.actions import connection, grant, scratch
+from cleanup.sweeper import Verdict
 from schemas.settings import CleanupMode, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "deploy" / "template.yaml"
+EXAMPLE_TABLE = ROOT / "deploy" / "session-table.yaml"
 PACKAGES = ("cleanup", "schemas", "worker")
 
 # boto3 method -> the IAM actions it needs. DeleteObjects checks DeleteObject (and DeleteObjectVersion for versions);
@@ -101,8 +103,7 @@ def module_files(module: str) -> list[Path]:
     pending = [module]
     while pending:
         name = pending.pop()
-        path = next((p for p in (ROOT / f"{name.replace('.', '/')}.py", ROOT / name.replace(".", "/") / "__init__.py")
-                     if p.exists()), None)  # fmt: skip
+        path = module_path(name)
         if name in seen or path is None:
             continue
         seen[name] = path
@@ -114,6 +115,12 @@ def module_files(module: str) -> list[Path]:
     return list(seen.values())
 
 
+def module_path(module: str) -> Path | None:
+    """The file of one of this project's modules, or None for a name that is not a module (an imported object)."""
+    base = ROOT / module.replace(".", "/")
+    return next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.exists()), None)
+
+
 def aws_calls(files: list[Path]) -> set[str]:
     """boto3 client methods named in ``files``: called or passed (``s3.delete_objects``), or as a paginator name."""
     text = "\n".join(path.read_text() for path in files)
@@ -122,8 +129,23 @@ def aws_calls(files: list[Path]) -> set[str]:
     return {m for m in methods if re.search(rf"\.{m}\b|[\"']{m}[\"']", text)}
 
 
-def test_cfn_lint_passes() -> None:
-    assert [str(match) for match in lint_file(TEMPLATE)] == []
+@pytest.mark.parametrize("template", [TEMPLATE, EXAMPLE_TABLE], ids=lambda path: path.name)
+def test_cfn_lint_passes(template: Path) -> None:
+    assert [str(match) for match in lint_file(template)] == []
+
+
+def test_the_example_table_has_what_the_worker_and_the_sweeper_read() -> None:
+    table, problems = decode(str(EXAMPLE_TABLE))
+    assert not problems, problems
+    props = table["Resources"]["SessionTable"]["Properties"]
+    names = Settings().attributes
+    [index] = props["GlobalSecondaryIndexes"]
+
+    assert props["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
+    assert props["TimeToLiveSpecification"] == {"AttributeName": names.ttl, "Enabled": True}
+    assert [k["AttributeName"] for k in props["KeySchema"]] == [names.pk, names.sk]
+    assert [k["AttributeName"] for k in index["KeySchema"]] == [names.expiry_bucket, names.ttl]
+    assert table["Parameters"]["ExpiryIndexName"]["Default"] == Settings().expiry_index
 
 
 def test_the_sam_transform_resolves_both_functions() -> None:
@@ -253,9 +275,20 @@ def test_the_action_failures_alarm_covers_every_action() -> None:
     assert actions == {connection.ACTION, grant.ACTION, scratch.ACTION}
 
 
+def test_the_sweep_failures_alarm_watches_metrics_the_sweeper_emits() -> None:
+    alarm = transformed()["Resources"]["SweepFailuresAlarm"]["Properties"]
+    stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+    sweeper_source = (ROOT / "cleanup" / "sweeper.py").read_text()
+
+    for stat in stats:
+        assert f'"{stat["MetricName"]}"' in sweeper_source
+        assert stat["Namespace"] == {"Ref": "MetricsNamespace"}
+    assert {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Verdict"} <= {v.value for v in Verdict}
+
+
 def test_the_stream_and_the_function_have_alarms() -> None:
-    lambda_alarms = [a["Properties"] for a in resources("AWS::CloudWatch::Alarm").values()
-                     if a["Properties"].get("Namespace") == "AWS/Lambda"]  # fmt: skip
+    alarms = [alarm["Properties"] for alarm in resources("AWS::CloudWatch::Alarm").values()]
+    lambda_alarms = [alarm for alarm in alarms if alarm.get("Namespace") == "AWS/Lambda"]
     on_cleanup = {a["MetricName"] for a in lambda_alarms if a["Dimensions"][0]["Value"] == {"Ref": "CleanupFunction"}}
 
     assert on_cleanup == {"Errors", "IteratorAge"}
