@@ -9,9 +9,10 @@ Guarantees, per shard:
 * The checkpoint never passes a record that is not clean. After every attempt at a batch it moves to the last record
   before the first one still failing.
 * Failed records are retried in place with backoff: amazon_kclpy acknowledges a batch even when the processor
-  raises, so the processor itself must not return before its records are clean. A record still failing after
-  MAX_RECORD_ATTEMPTS goes to DEAD_LETTER_QUEUE_URL and the shard moves on; with no queue the shard waits on it, and
-  every attempt logs an error and counts ``RecordRetries``.
+  raises, so the processor itself must not return before its records are clean. A permanent failure goes to
+  DEAD_LETTER_QUEUE_URL on its MAX_RECORD_ATTEMPTS-th attempt and the shard moves on; transient failures are retried
+  without limit. Every retry logs and counts ``RecordsRetried``; a permanent failure with no queue to take it logs
+  an error and counts ``RecordsStuck`` on every attempt (the same rules and metrics as the stream poller).
 * stdout carries the protocol and nothing else: file descriptor 1 is handed to the protocol and then pointed at
   stderr, where logs and metrics go, so a stray print (ours or a library's) cannot corrupt the protocol.
 """
@@ -22,9 +23,7 @@ import argparse
 import base64
 import binascii
 import json
-import logging
 import os
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -118,7 +117,7 @@ class ShardCleaner:
                 self._checkpoint(checkpointer, *self.clean_through)
                 checkpointed = clean
             if pending:
-                self._before_retry(outcomes[pending[0]], attempt)
+                self._before_retry([outcomes[i] for i in pending], attempt)
         self.all_clean = self.all_clean and not pending
 
     def lease_lost(self, lease_lost_input: Any) -> None:
@@ -145,33 +144,35 @@ class ShardCleaner:
 
     # One attempt at what is left of a batch.
     def _attempt(self, records: Sequence[Incoming], attempt: int) -> list[Outcome]:
-        """Process the records; on their last allowed attempt, dead-letter those still failing (when a queue is set)."""
+        """Process the records; from their MAX_RECORD_ATTEMPTS-th attempt on, dead-letter the permanent failures."""
         outcomes = process_batch(records, self.runtime)
         if attempt >= self.runtime.settings.max_record_attempts:
-            exhausted = [o.model_copy(update={"permanent": True}) if o.failed else o for o in outcomes]
-            outcomes = dead_letter(exhausted, records, self.runtime)
+            outcomes = dead_letter(outcomes, records, self.runtime)  # a no-op without DEAD_LETTER_QUEUE_URL
         log_outcomes(outcomes)
         self.runtime.metrics.record_outcomes(outcomes)
         self.runtime.metrics.flush()
         return outcomes
 
-    def _before_retry(self, failed: Outcome, attempt: int) -> None:
+    def _before_retry(self, failed: list[Outcome], attempt: int) -> None:
+        """Say so on every attempt (log line and metrics), then wait out the backoff."""
         settings = self.runtime.settings
-        self.runtime.metrics.count("RecordRetries")
-        self.runtime.metrics.flush()  # every attempt, so a waiting shard shows in the metrics while it waits
-        level = logging.ERROR if attempt >= settings.max_record_attempts else logging.WARNING
-        log.log(
-            level,
-            "record not clean; the shard waits and retries it in place"
-            + ("" if settings.dead_letter_queue_url else " (no DEAD_LETTER_QUEUE_URL: it will never be skipped)"),
-            extra={
-                "shardId": self.shard_id,
-                "sequenceNumber": failed.sequence_number,
-                "attempt": attempt,
-                "error": failed.error,
-            },
-        )
-        time.sleep(backoff(attempt, settings.retry_max_wait_seconds))
+        line = {
+            "shardId": self.shard_id,
+            "sequenceNumber": failed[0].sequence_number,
+            "attempt": attempt,
+            "maxAttempts": settings.max_record_attempts,
+            "failing": len(failed),
+            "error": failed[0].error,
+        }
+        stuck = [o for o in failed if o.permanent] if attempt >= settings.max_record_attempts else []
+        self.runtime.metrics.count("RecordsRetried", amount=len(failed))
+        if stuck and not settings.dead_letter_queue_url:
+            self.runtime.metrics.count("RecordsStuck", amount=len(stuck))
+            log.error("records keep failing and DEAD_LETTER_QUEUE_URL is not set: the shard waits on them", extra=line)
+        else:
+            log.warning("records failed; the shard retries them in place before going on", extra=line)
+        self.runtime.metrics.flush()
+        time.sleep(backoff(attempt, settings.retry_max_wait_seconds / 4))
 
     # Checkpoints.
     def _checkpoint(self, checkpointer: Any, sequence_number: str | None, sub_sequence_number: int | None) -> None:
@@ -195,7 +196,7 @@ class ShardCleaner:
                 log.error("checkpoint refused; the next checkpoint covers these records", extra=extra)
                 return
             log.warning("checkpoint throttled; retrying", extra=extra)
-            time.sleep(backoff(attempt, self.runtime.settings.retry_max_wait_seconds))
+            time.sleep(backoff(attempt, self.runtime.settings.retry_max_wait_seconds / 4))
         log.error("checkpoint still throttled; the next one covers these records", extra={"shardId": self.shard_id})
 
     def _clean_sequence(self) -> str | None:
@@ -218,5 +219,5 @@ def decode(record: Any) -> Incoming:
 
 
 def backoff(attempt: int, base_seconds: float) -> float:
-    """Exponential backoff with full jitter, capped: the wait before try ``attempt + 1``."""
-    return random.uniform(0, min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** (attempt - 1)))
+    """The wait after try ``attempt``: doubling from ``base_seconds``, capped (one shard per process: no jitter)."""
+    return float(min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** (attempt - 1)))
