@@ -13,6 +13,7 @@ import pytest
 
 from cleanup.clients import Clients
 from cleanup.runtime import Runtime
+from cleanup.sources import FileRecord, read_file
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack
 from worker import cli, replay
@@ -246,3 +247,39 @@ def ensure_table(stack: SessionStack, name: str) -> None:
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
             BillingMode="PAY_PER_REQUEST",
         )
+
+
+def test_a_failed_record_holds_back_later_records_of_its_item_across_chunks(worker_env, tmp_path):
+    stack = worker_env
+    stack.s3.put_object(Bucket=stack.bucket, Key="shared/keep", Body=b"x")
+    stack.put_session("same", grant=False, objects=0, extra={"scratchPrefix": "shared/"})
+    stack.delete("same")  # refused by the guard: fails
+    again = stack.put_session("same", grant=False)
+    stack.delete("same")  # the same item's next REMOVE must not run ahead of the failed one
+    path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
+    entries = [entry for entry in read_file(path) if isinstance(entry, FileRecord)]
+
+    results = replay.replay(entries, stack.runtime(ws_callback_url=stack.aws.endpoint_url), chunk=1)
+
+    statuses = [result.outcome.status.value for result in results]
+    assert statuses == ["skipped", "failed", "failed", "failed"]  # as the pipeline does within a batch
+    assert results[-1].outcome.error.startswith("not attempted: an earlier record of the same item")
+    assert len(stack.objects(again["scratchPrefix"])) == 3 and stack.objects("shared/") == ["shared/keep"]
+
+
+def test_a_kcl_transcript_in_json_lines_yields_the_records_of_its_process_records_messages(
+    worker_env, capsys, tmp_path
+):
+    stack = worker_env
+    ensure_table(stack, CAPTURED_TABLE)
+    message = json.loads(CAPTURED["kcl"].read_text())
+    transcript = [
+        {"action": "initialize", "shardId": "shardId-000000000000", "sequenceNumber": "TRIM_HORIZON"},
+        message,
+        {"action": "shutdownRequested"},
+    ]
+    path = write_jsonl(tmp_path / "kcl.jsonl", transcript)
+
+    code, summary = replay_json(capsys, str(path))
+
+    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})

@@ -81,9 +81,11 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
     return EXIT_FAILED if report.failures() else EXIT_OK
 
 
-def replay(records: Sequence[FileRecord], runtime: Runtime, progress: Progress | None = None) -> list[Result]:
-    """Run the records through ``run_batch`` in chunks, keeping each item's order across chunks."""
-    chunk = max(64, runtime.settings.max_concurrency * 4)
+def replay(
+    records: Sequence[FileRecord], runtime: Runtime, progress: Progress | None = None, chunk: int | None = None
+) -> list[Result]:
+    """Run the records through ``run_batch`` in chunks (for the progress bar), keeping each item's order across them."""
+    chunk = chunk or max(64, runtime.settings.max_concurrency * 4)
     failed_items: dict[str, str] = {}  # item key -> sequence number of its failed record
     results: list[Result] = []
     for start in range(0, len(records), chunk):
