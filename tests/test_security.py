@@ -1,0 +1,196 @@
+"""Security as tests: hostile prefixes delete nothing, secrets stay out of the logs, the role allows what is used."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cleanup.telemetry import LOGGER_NAME, configure_logging
+from tests.scenarios.helpers import (
+    ProxiedClients,
+    World,
+    assert_final_state,
+    deliver_like_lambda,
+    new_ids,
+    world,
+)
+from tests.stack import SessionStack, client
+from worker import lambda_handler
+
+__all__ = ["world"]
+
+pytestmark = pytest.mark.timeout(60)
+TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "template.yaml"
+TARGETS = ("sessions/t2/live/a", "sessions/t1/a", "other/t1/x/a", "sessions/keep", "sessions/t1x/c", "root-file")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "tenant_scoped"),
+    [
+        ("sessions/t1/../t2/", False),
+        ("sessions/t1/../../other/t1/x/", False),
+        ("sessions//", False),
+        ("sessions//t2/", False),
+        ("/sessions/t2/", False),
+        ("sessions/t1/%2e%2e/t2/", False),
+        ("sessions/%2E%2E/other/", False),
+        ("sessions/t1%2F..%2F..%2Fother/", False),
+        ("sessions/./t2/", False),
+        ("s3://elsewhere/sessions/t2/", False),
+        ("s3:///sessions/t2/", False),
+        ("https://elsewhere.s3.amazonaws.com/sessions/t2/", False),
+        ("sessions/", False),
+        ("", False),
+        ("sessions", False),
+        ("other/t1/x/", False),
+        ("sessions/t2/live/", True),
+    ],
+)
+def test_a_hostile_prefix_deletes_nothing_anywhere(stack: SessionStack, prefix: str, tenant_scoped: bool) -> None:
+    elsewhere = f"{stack.bucket}-elsewhere"
+    stack.s3.create_bucket(Bucket=elsewhere)
+    for bucket in (stack.bucket, elsewhere):
+        for key in TARGETS:
+            stack.s3.put_object(Bucket=bucket, Key=key, Body=b"keep")
+    stack.put_item({"pk": "session#hostile", "sk": "meta", "tenantId": "t1", "scratchPrefix": prefix})
+    stack.delete("hostile")
+    event = stack.lambda_event()
+    lambda_handler._runtime = stack.runtime(scratch_tenant_scoped=tenant_scoped)
+    try:
+        response = lambda_handler.handler(event, None)
+    finally:
+        lambda_handler._runtime = None
+
+    removed = [r["dynamodb"]["SequenceNumber"] for r in event["Records"] if r["eventName"] == "REMOVE"]
+    assert response == {"batchItemFailures": [{"itemIdentifier": number} for number in removed]}
+    for bucket in (stack.bucket, elsewhere):
+        listed = stack.s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+        assert sorted(o["Key"] for o in listed) == sorted(TARGETS)
+
+
+@pytest.fixture
+def captured_log() -> Iterator[io.StringIO]:
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield io.StringIO()
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+def test_grant_tokens_and_object_keys_never_reach_the_logs(world: World, captured_log: io.StringIO) -> None:
+    stack = world.stack
+    ended = world.make_sessions(new_ids(40, "end"), sockets=4, objects=2)
+    for made in ended:  # the item carries its token, as an application might: it must still not be logged
+        stack.ddb.update_item(
+            TableName=stack.table,
+            Key=stack.key(made.id),
+            UpdateExpression="SET grantToken = :t",
+            ExpressionAttributeValues={":t": {"S": made.grant_token}},
+        )
+    world.end(ended)
+    runtime = world.runtime()
+    configure_logging(runtime.settings, captured_log)
+    world.plan.rate = 0.2  # failures are logged at WARNING with their errors: those must be clean too
+
+    deliver_like_lambda(world.records(), world.invoker(runtime), batch_size=20)
+
+    world.plan.enabled = False
+    assert_final_state(world, deleted=ended, live=[])
+    text = captured_log.getvalue()
+    assert text.count('"record cleaned"') >= len(ended)
+    leaked = [s for made in ended for s in (made.grant_token, *made.objects) if s in text]
+    assert leaked == []
+
+
+# Who calls what: the event source mapping reads the stream with the function's role, and Lambda writes its logs.
+PLATFORM_ACTIONS = {
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+}
+IAM_ACTIONS = {
+    ("dynamodb", "GetItem"): {"dynamodb:GetItem"},
+    ("kms", "RetireGrant"): {"kms:RetireGrant"},
+    ("s3", "GetBucketVersioning"): {"s3:GetBucketVersioning"},
+    ("s3", "ListObjectsV2"): {"s3:ListBucket"},
+    ("s3", "ListObjectVersions"): {"s3:ListBucketVersions"},
+    ("s3", "DeleteObjects"): set(),  # s3:DeleteObject, or s3:DeleteObjectVersion when deleting by VersionId
+    ("sqs", "SendMessageBatch"): {"sqs:SendMessage"},
+    ("apigatewaymanagementapi", "DeleteConnection"): {"execute-api:ManageConnections"},
+}
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short tags, each read as its long form (``!Ref x`` -> ``{"Ref": x}``)."""
+
+
+def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return {suffix if suffix == "Ref" else f"Fn::{suffix}": value}
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+def role_actions(role: str) -> set[str]:
+    """Every action the role's inline policies allow (both branches of a condition)."""
+    template = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
+    actions: set[str] = set()
+    for policy in template["Resources"][role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            branches = statement["Fn::If"][1:] if "Fn::If" in statement else [statement]
+            for branch in branches:
+                if isinstance(branch, dict) and "Action" in branch:
+                    action = branch["Action"]
+                    actions.update([action] if isinstance(action, str) else action)
+    return actions
+
+
+def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
+    """A run that makes every kind of call: sockets, grants, objects, a dead-lettered record, versioning asked."""
+    stack = world.stack
+    if versioned:
+        stack.s3.put_bucket_versioning(Bucket=stack.bucket, VersioningConfiguration={"Status": "Enabled"})
+    queue_url = client("sqs").create_queue(QueueName=f"dlq-{stack.bucket}")["QueueUrl"]
+    ended = world.make_sessions(new_ids(6, "end"), sockets=2)
+    stack.put_item({"pk": "session#bad", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../x/"})
+    world.end(ended)
+    stack.delete("bad")
+    runtime = world.runtime(dead_letter_queue_url=queue_url)
+    assert world.invoker(runtime)({"Records": world.records()}) == {"batchItemFailures": []}
+    assert stack.versions() == 0
+    assert isinstance(runtime.clients, ProxiedClients)
+    return runtime.clients
+
+
+@pytest.mark.skipif(not TEMPLATE.exists(), reason="no deploy/template.yaml")
+@pytest.mark.parametrize("versioned", [False, True], ids=["unversioned", "versioned"])
+def test_the_cleanup_role_allows_exactly_what_the_worker_and_its_platform_call(world: World, versioned: bool) -> None:
+    clients = run_everything(world, versioned=versioned)
+
+    called = set(clients.operations)
+    unknown = called - set(IAM_ACTIONS)
+    assert unknown == set(), f"calls with no IAM mapping: {unknown}"
+    used = {action for call in called for action in IAM_ACTIONS[call]}
+    if ("s3", "DeleteObjects") in called:
+        used.add("s3:DeleteObjectVersion" if versioned else "s3:DeleteObject")
+    allowed = role_actions("CleanupRole")
+    assert used <= allowed, f"called but not allowed: {used - allowed}"
+    # Everything allowed is used by one of the two runs (versioning decides which S3 actions).
+    versioned_only = {"s3:ListBucketVersions", "s3:DeleteObjectVersion"}
+    unversioned_only = {"s3:ListBucket", "s3:DeleteObject"}
+    expected = allowed - PLATFORM_ACTIONS - (unversioned_only if versioned else versioned_only)
+    assert used == expected
