@@ -28,23 +28,28 @@ pytestmark = pytest.mark.slow
 
 JARS = Path(__import__("amazon_kclpy").__file__).parent / "jars"
 WAIT_GUARD_SECONDS = 90.0  # a hang guard only
-PROPERTIES = """\
-executableName = {executable} kcl
-streamName = {stream}
-applicationName = {application}
-AwsCredentialsProvider = DefaultCredentialsProvider
-processingLanguage = python/3
-regionName = us-east-1
-initialPositionInStream = TRIM_HORIZON
-retrievalMode = POLLING
-metricsLevel = NONE
-idleTimeBetweenReadsInMillis = 500
-shardSyncIntervalMillis = 1000
-failoverTimeMillis = 5000
-leaseAssignmentIntervalMillis = 2000
-parentShardPollIntervalMillis = 1000
-shutdownGraceMillis = 10000
-"""
+DEPLOYED_PROPERTIES = Path(__file__).resolve().parent.parent / "deploy" / "kcl" / "cleanup.properties"
+QUICK = {  # the deployed file, pointed at the test's stream and made quick (see the notes on the real daemon)
+    "regionName": "us-east-1",
+    "metricsLevel": "NONE",
+    "idleTimeBetweenReadsInMillis": "500",
+    "shardSyncIntervalMillis": "1000",
+    "failoverTimeMillis": "5000",
+    "leaseAssignmentIntervalMillis": "2000",
+    "parentShardPollIntervalMillis": "1000",
+    "shutdownGraceMillis": "10000",
+}
+
+
+def properties(**values: str) -> str:
+    """deploy/kcl/cleanup.properties with ``values`` (and ``QUICK``) in place of its own."""
+    values = {**QUICK, **values}
+    lines = []
+    for line in DEPLOYED_PROPERTIES.read_text().splitlines():
+        key = line.split("=", 1)[0].strip()
+        setting = "=" in line and not line.startswith("#")
+        lines.append(f"{key} = {values.pop(key)}" if setting and key in values else line)
+    return "\n".join(lines + [f"{key} = {value}" for key, value in values.items()]) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +118,9 @@ def test_the_real_daemon_cleans_sessions_checkpoints_and_stops_on_sigterm(aws, h
     stack.delete("e1")
     stack.expire("x1")
     last = put_changes(stack, stream)
-    properties = tmp_path / "cleanup.properties"
-    executable = Path(sys.executable).parent / "cleanup-worker"
-    properties.write_text(PROPERTIES.format(executable=executable, stream=stream, application=application))
+    config = tmp_path / "cleanup.properties"
+    executable = f"{Path(sys.executable).parent / 'cleanup-worker'} kcl"
+    config.write_text(properties(executableName=executable, streamName=stream, applicationName=application))
     env = {
         **os.environ,
         **aws.environment(),
@@ -126,7 +131,7 @@ def test_the_real_daemon_cleans_sessions_checkpoints_and_stops_on_sigterm(aws, h
     }
     log = tmp_path / "daemon.log"
     command = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-Daws.cborEnabled=false", "-cp", f"{JARS}/*"]
-    command += ["software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", str(properties)]
+    command += ["software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", str(config)]
     with log.open("w") as output:
         daemon = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
@@ -138,7 +143,8 @@ def test_the_real_daemon_cleans_sessions_checkpoints_and_stops_on_sigterm(aws, h
 
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(WAIT_GUARD_SECONDS)
-        assert '"shutdown requested"' in log.read_text()
+        output = log.read_text()
+        assert '"shutdown requested"' in output and "Process shutdown is complete" in output
         assert checkpoint_of(application) == last
     finally:
         if daemon.poll() is None:
