@@ -150,6 +150,10 @@ def parse_record(raw: object, source: Source | None = None, sequence_number: str
         raise RecordError(f"malformed stream record at {where}: {first['msg']}", seq) from None
     if not seq:
         raise RecordError("stream record has no SequenceNumber", None)
+    try:
+        identity = UserIdentity.parse(raw.get("userIdentity"))
+    except ValidationError as exc:  # e.g. a non-string type: the record is malformed, not the batch
+        raise RecordError(f"malformed stream record at userIdentity: {exc.errors()[0]['msg']}", seq) from None
     change = envelope.dynamodb
     created = change.ApproximateCreationDateTime
     if isinstance(created, datetime):  # a record already parsed by boto3
@@ -165,7 +169,7 @@ def parse_record(raw: object, source: Source | None = None, sequence_number: str
         keys=change.Keys,
         old_image=change.OldImage,
         new_image=change.NewImage,
-        user_identity=UserIdentity.parse(raw.get("userIdentity")),
+        user_identity=identity,
         event_source_arn=envelope.eventSourceARN,
         table_name=envelope.tableName,
         stream_view_type=change.StreamViewType,
