@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -40,13 +40,23 @@ def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> s
 
 
 def dead_letter(
-    outcomes: list[Outcome], records: Sequence[StreamRecord | UnreadableRecord], runtime: Any
+    outcomes: list[Outcome],
+    records: Sequence[StreamRecord | UnreadableRecord],
+    runtime: Any,
+    only: Collection[str] | None = None,
 ) -> list[Outcome]:
-    """Send permanent failures to DEAD_LETTER_QUEUE_URL (when set); returns outcomes marked ``dead_lettered``."""
+    """Send permanent failures to DEAD_LETTER_QUEUE_URL (when set); returns outcomes marked ``dead_lettered``.
+
+    ``only`` limits it to those sequence numbers (the records whose tries are used up).
+    """
     queue = runtime.settings.dead_letter_queue_url
     if not queue:
         return outcomes
-    pending = [i for i, outcome in enumerate(outcomes) if outcome.failed and outcome.permanent]
+    pending = [
+        i
+        for i, outcome in enumerate(outcomes)
+        if outcome.failed and outcome.permanent and (only is None or outcome.sequence_number in only)
+    ]
     result = list(outcomes)
     for start in range(0, len(pending), SQS_BATCH):
         chunk = pending[start : start + SQS_BATCH]

@@ -29,10 +29,9 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any
 
-from cleanup.deadletter import dead_letter
-from cleanup.pipeline import Incoming, process_batch
+from cleanup.pipeline import Incoming, announce_retry, run_batch
 from cleanup.runtime import Runtime
-from cleanup.telemetry import configure_logging, log, log_outcomes
+from cleanup.telemetry import configure_logging, log
 from schemas.outcomes import Outcome
 from schemas.records import Source, UnreadableRecord, read_record
 from schemas.settings import Settings
@@ -145,34 +144,14 @@ class ShardCleaner:
     # One attempt at what is left of a batch.
     def _attempt(self, records: Sequence[Incoming], attempt: int) -> list[Outcome]:
         """Process the records; from their MAX_RECORD_ATTEMPTS-th attempt on, dead-letter the permanent failures."""
-        outcomes = process_batch(records, self.runtime)
-        if attempt >= self.runtime.settings.max_record_attempts:
-            outcomes = dead_letter(outcomes, records, self.runtime)  # a no-op without DEAD_LETTER_QUEUE_URL
-        log_outcomes(outcomes)
-        self.runtime.metrics.record_outcomes(outcomes)
-        self.runtime.metrics.flush()
-        return outcomes
+        return run_batch(records, self.runtime, attempts={record.sequence_number: attempt for record in records})
 
     def _before_retry(self, failed: list[Outcome], attempt: int) -> None:
         """Say so on every attempt (log line and metrics), then wait out the backoff."""
-        settings = self.runtime.settings
-        line = {
-            "shardId": self.shard_id,
-            "sequenceNumber": failed[0].sequence_number,
-            "attempt": attempt,
-            "maxAttempts": settings.max_record_attempts,
-            "failing": len(failed),
-            "error": failed[0].error,
-        }
-        stuck = [o for o in failed if o.permanent] if attempt >= settings.max_record_attempts else []
-        self.runtime.metrics.count("RecordsRetried", amount=len(failed))
-        if stuck and not settings.dead_letter_queue_url:
-            self.runtime.metrics.count("RecordsStuck", amount=len(stuck))
-            log.error("records keep failing and DEAD_LETTER_QUEUE_URL is not set: the shard waits on them", extra=line)
-        else:
-            log.warning("records failed; the shard retries them in place before going on", extra=line)
+        tries = {outcome.sequence_number: attempt for outcome in failed}
+        announce_retry(failed, tries, self.runtime, shardId=self.shard_id)
         self.runtime.metrics.flush()
-        time.sleep(backoff(attempt, settings.retry_max_wait_seconds / 4))
+        time.sleep(backoff(attempt, self.runtime.settings.retry_max_wait_seconds / 4))
 
     # Checkpoints.
     def _checkpoint(self, checkpointer: Any, sequence_number: str | None, sub_sequence_number: int | None) -> None:

@@ -12,12 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cleanup.deadletter import dead_letter
-from cleanup.pipeline import Incoming, process_batch
+from cleanup.pipeline import Incoming, announce_retry, run_batch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from cleanup.shards import Shard
-from cleanup.telemetry import log, log_outcomes
 from schemas.outcomes import Outcome, Status
 
 
@@ -85,9 +83,7 @@ class RecordHandler:
         for record in todo:
             cursor.attempts[record.sequence_number] = cursor.attempts.get(record.sequence_number, 0) + 1
         grace = self.runtime.settings.shutdown_grace_seconds
-        outcomes = self._dead_letter(cursor, todo, process_batch(todo, self.runtime, Deadline.after(grace)))
-        log_outcomes(outcomes)
-        self.runtime.metrics.record_outcomes(outcomes)
+        outcomes = run_batch(todo, self.runtime, Deadline.after(grace), attempts=cursor.attempts)
         self._count(outcomes)
         cursor.done |= {o.sequence_number for o in outcomes if not o.failed or o.dead_lettered}
         first = next((i for i, r in enumerate(records) if r.sequence_number not in cursor.done), len(records))
@@ -95,27 +91,13 @@ class RecordHandler:
         waiting = {record.sequence_number for record in cursor.pending}
         cursor.done &= waiting
         cursor.attempts = {number: n for number, n in cursor.attempts.items() if number in waiting}
-        self._say_retrying(cursor, [o for o in outcomes if o.failed and not o.dead_lettered])
+        failed = [o for o in outcomes if o.failed and not o.dead_lettered]
+        cursor.exhausted = announce_retry(failed, cursor.attempts, self.runtime, shardId=cursor.shard_id)
         self.runtime.metrics.flush()
         if self.before_checkpoint is not None:
             self.before_checkpoint(cursor.shard_id, outcomes)
         moved = first > 0 and records[first - 1].sequence_number != cursor.checkpoint
         return records[first - 1].sequence_number if moved else None
-
-    def _dead_letter(self, cursor: Cursor, records: list[Incoming], outcomes: list[Outcome]) -> list[Outcome]:
-        limit = self.runtime.settings.max_record_attempts
-        due = [
-            i
-            for i, outcome in enumerate(outcomes)
-            if outcome.failed and outcome.permanent and cursor.attempts[outcome.sequence_number] >= limit
-        ]
-        if not due or not self.runtime.settings.dead_letter_queue_url:
-            return outcomes
-        sent = dead_letter([outcomes[i] for i in due], [records[i] for i in due], self.runtime)
-        result = list(outcomes)
-        for index, outcome in zip(due, sent, strict=True):
-            result[index] = outcome
-        return result
 
     def _count(self, outcomes: list[Outcome]) -> None:
         for outcome in outcomes:
@@ -127,27 +109,3 @@ class RecordHandler:
                 self.summary.dead_lettered += 1
             else:
                 self.summary.failed += 1
-
-    def _say_retrying(self, cursor: Cursor, failed: list[Outcome]) -> None:
-        cursor.exhausted = False
-        if not failed:
-            return
-        limit = self.runtime.settings.max_record_attempts
-        no_queue = not self.runtime.settings.dead_letter_queue_url
-        stuck = [o for o in failed if o.permanent and cursor.attempts.get(o.sequence_number, 0) >= limit]
-        first = failed[0]
-        line = {
-            "shardId": cursor.shard_id,
-            "sequenceNumber": first.sequence_number,
-            "attempt": cursor.attempts.get(first.sequence_number, 0),
-            "maxAttempts": limit,
-            "failing": len(failed),
-            "error": first.error,
-        }
-        self.runtime.metrics.count("RecordsRetried", amount=len(failed))
-        if stuck and no_queue:
-            cursor.exhausted = True
-            self.runtime.metrics.count("RecordsStuck", amount=len(stuck))
-            log.error("records keep failing and DEAD_LETTER_QUEUE_URL is not set: the shard waits on them", extra=line)
-        else:
-            log.warning("records failed; the shard retries them before reading on", extra=line)
