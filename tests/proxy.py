@@ -205,6 +205,9 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.proxy = proxy
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that reset or vanish (a killed worker) are part of the game, not errors to print."""
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as botocore's pool expects

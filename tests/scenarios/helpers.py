@@ -90,6 +90,7 @@ class World:
     gateway_proxy: FaultProxy
     sink: CountingSink = field(default_factory=CountingSink)
     runtimes: list[Runtime] = field(default_factory=list)
+    _table_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def settings(self, **overrides: Any) -> Settings:
         values: dict[str, Any] = {
@@ -150,20 +151,22 @@ class World:
         }
         if socket is not None:
             item["connectionId"] = socket.connection_id
-        stack.put_item(item)
+        self._write(stack.put_item, item)
         return Made(sid, prefix, keys, grant["GrantId"], grant["GrantToken"], socket)
 
     def end(self, sessions: list[Made], *, ttl_share: int = 2) -> None:
         """Delete the sessions' items: every ``ttl_share``-th by TTL, the others explicitly."""
-
-        def end_one(index: int, made: Made) -> None:
+        for index, made in enumerate(sessions):  # one at a time: see ``_write``
             if index % ttl_share == 0:
                 self.stack.expire(made.id)
             else:
-                self.stack.delete(made.id)
+                self._write(self.stack.delete, made.id)
 
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(end_one, range(len(sessions)), sessions))
+    def _write(self, write: Callable[[Any], None], argument: Any) -> None:
+        # moto numbers a stream record from the shard's length without a lock: concurrent writes to one table can
+        # share a sequence number, which real DynamoDB never does. Writes to the table go one at a time.
+        with self._table_lock:
+            write(argument)
 
     def plant_sentinels(self) -> set[str]:
         """Objects outside every session prefix (near misses included); they must all survive."""
@@ -180,8 +183,13 @@ def assert_final_state(world: World, *, deleted: list[Made], live: list[Made], k
     """Exactly the live sessions' objects and the ``kept`` keys remain; exactly their grants; only their sockets."""
     stack = world.stack
     expected_objects = {key for made in live for key in made.objects} | set(kept)
-    assert set(stack.objects()) == expected_objects
-    assert stack.grant_ids() == {made.grant_id for made in live}
+    objects = set(stack.objects())
+    assert objects == expected_objects, (
+        f"left: {sorted(objects - expected_objects)[:5]}, lost: {sorted(expected_objects - objects)[:5]}"
+    )
+    grants = stack.grant_ids()
+    expected_grants = {made.grant_id for made in live}
+    assert grants == expected_grants, f"left: {len(grants - expected_grants)}, lost: {len(expected_grants - grants)}"
     for made in deleted:
         if made.socket is not None:
             assert made.socket.wait_closed(5.0), f"socket of {made.id} still open"

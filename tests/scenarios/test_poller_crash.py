@@ -1,0 +1,80 @@
+"""Scenario 2: the stream poller (``cleanup-worker run``) killed with SIGKILL mid-batch, restarted, under faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.scenarios.helpers import HTTP_TIMEOUT, World, assert_final_state, new_ids
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSIONS = 300
+
+
+def poller(world: World, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``cleanup-worker run`` in its own process, reaching AWS and the gateway only through the fault proxies."""
+    stack = world.stack
+    env: dict[str, Any] = {
+        **os.environ,
+        **stack.aws.environment(),
+        "AWS_ENDPOINT_URL": world.aws_proxy.url,
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "SESSION_TABLE": stack.table,
+        "WS_CALLBACK_URL": f"{world.gateway_proxy.url}/{world.gateway.stage}",
+        "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
+        "LEASE_SECONDS": "2",  # the restarted poller takes over the dead one's lease this soon
+        "POLL_INTERVAL_SECONDS": "0.1",
+        "BATCH_SIZE": "100",
+        "BOTOCORE_MAX_ATTEMPTS": "1",
+        "HTTP_TIMEOUT_SECONDS": str(HTTP_TIMEOUT),
+        "RETRY_MAX_WAIT_SECONDS": "0.05",
+        "METRICS_DESTINATION": "off",
+    }
+    command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, *extra]
+    with log.open("a") as stderr:
+        return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+@pytest.mark.timeout(120)
+def test_a_poller_killed_mid_batch_and_restarted_cleans_every_session_exactly(world: World, tmp_path: Path) -> None:
+    live = world.make_sessions(new_ids(10, "live"), sockets=2)
+    ended = world.make_sessions(new_ids(SESSIONS, "end"), sockets=30)
+    kept = world.plant_sentinels()
+    world.end(ended)
+    # Faults on the cleanup's calls; the poller's own reads, lease and checkpoints (DynamoDB) pass untouched.
+    world.plan.rate, world.plan.rates = 0.2, {"dynamodb": 0.0, "dynamodb:GetItem": 0.2}
+    log = tmp_path / "stderr"
+    total = len(world.stack.objects())
+
+    first = poller(world, log)
+    try:
+        end = time.monotonic() + 60
+        while len(world.stack.objects()) > total - SESSIONS // 3:  # a third of the sessions cleaned: kill it
+            assert first.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < end, "the poller cleaned too little"
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.kill()
+    left_at_kill = len(world.stack.objects()) - len(kept) - len(live)
+    second = poller(world, log, "--until-idle")
+    try:
+        code = second.wait(90)
+    finally:
+        second.kill()
+
+    world.plan.enabled = False
+    assert first.returncode == -signal.SIGKILL
+    assert left_at_kill > 0  # the kill did land mid-stream
+    assert code == 0, log.read_text()[-3000:]
+    assert_final_state(world, deleted=ended, live=live, kept=kept)
+    print(f"\npoller: sessions={SESSIONS} left at kill={left_at_kill} injected={dict(world.plan.injected)}")
