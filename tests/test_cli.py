@@ -20,3 +20,15 @@ def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
         main(["nonsense"])
     assert exit_.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["replay", "sweep", "run", "check"])
+def test_a_bad_setting_is_a_configuration_error_with_exit_2(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MAX_CONCURRENCY", "0")
+    argv = {"replay": ["replay", "x.json"], "sweep": ["sweep"], "run": ["run", "--table-name", "t"], "check": ["check"]}
+    assert main(argv[command]) == 2
+    err = capsys.readouterr().err
+    assert f"cleanup-worker {command}: configuration error" in err
+    assert "max_concurrency" in err

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
 
 from cleanup.aws_errors import error_code
 from cleanup.clients import Clients
@@ -43,11 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Capture the stream named on the command line into ``args.out``."""
-    try:
-        settings = Settings.from_env()
-    except ValidationError as exc:
-        print(f"cleanup-worker capture: configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    settings = Settings.from_env()
     clients = Clients(settings)
     streams = clients.get("dynamodbstreams")
     try:

@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 EXIT_USAGE = 2
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -47,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
     try:
         return int(args.handler(args))
+    except ValidationError as exc:  # the settings, read from the environment by the command
+        print(f"cleanup-worker {args.command}: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

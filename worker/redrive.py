@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
 
 from cleanup.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
@@ -43,11 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Redrive every message on the queue with the settings from the environment."""
-    try:
-        settings = Settings.from_env()
-    except ValidationError as exc:
-        print(f"cleanup-worker redrive: configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    settings = Settings.from_env()
     settings = settings.model_copy(update={"dead_letter_queue_url": None})
     configure_logging(settings)
     runtime = Runtime(settings)

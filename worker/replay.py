@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from pydantic import ValidationError
-
 from cleanup.classify import item_key
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
@@ -41,11 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Read the settings from the environment, replay the files, print the report."""
-    try:
-        settings = Settings.from_env()
-    except ValidationError as exc:
-        print(f"cleanup-worker replay: configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    settings = Settings.from_env()
     if args.dry_run:
         settings = dry_run_settings(settings)
     configure_logging(settings)
