@@ -40,7 +40,9 @@ class SessionStack:
     _iterator: str | None = None
 
     @classmethod
-    def create(cls, aws: LocalAws, test_name: str, *, versioned: bool = False) -> SessionStack:
+    def create(
+        cls, aws: LocalAws, test_name: str, *, versioned: bool = False, view_type: str = "NEW_AND_OLD_IMAGES"
+    ) -> SessionStack:
         suffix = hashlib.sha1(f"{test_name}{uuid.uuid4()}".encode()).hexdigest()[:10]
         ddb, s3, kms = client("dynamodb"), client("s3"), client("kms")
         table = f"sessions-{suffix}"
@@ -52,7 +54,7 @@ class SessionStack:
             ],
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
             BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": view_type},
         )
         ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
         bucket = f"scratch-{suffix}"

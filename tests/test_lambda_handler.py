@@ -282,3 +282,30 @@ def test_dry_run_changes_nothing(stack: SessionStack) -> None:
     assert outcome.actions[-1].detail["objects"] == 3
     assert len(stack.objects(item["scratchPrefix"])) == 3
     assert item["grantId"] in stack.grant_ids()
+
+
+def test_a_grant_already_retired_elsewhere_counts_as_retired(stack: SessionStack) -> None:
+    stack.put_session("gone")
+    stack.delete("gone")
+    runtime = stack.runtime()
+    Faults(runtime.clients.kms, "RetireGrant", "NotFoundException", times=1)  # real KMS: the grant no longer exists
+
+    outcome = run_batch(read_lambda_event(stack.lambda_event()), runtime)[-1]
+
+    assert outcome.status is Status.CLEANED
+    assert {a.action: a.status for a in outcome.actions}["grant"] is ActionStatus.ALREADY_DONE
+
+
+def test_a_remove_from_a_keys_only_stream_is_reported_with_the_fix(aws, request, invoke) -> None:
+    stack = SessionStack.create(aws, request.node.name, view_type="KEYS_ONLY")
+    item = stack.put_session("k")
+    stack.delete("k")
+    event = stack.lambda_event()
+    remove = event["Records"][-1]
+
+    outcome = outcomes_of(stack, event)[-1]
+
+    assert invoke(event) == {"batchItemFailures": [{"itemIdentifier": remove["dynamodb"]["SequenceNumber"]}]}
+    assert outcome.permanent
+    assert "NEW_AND_OLD_IMAGES" in (outcome.error or "")
+    assert len(stack.objects(item["scratchPrefix"])) == 3  # nothing to clean it from, and nothing was touched
