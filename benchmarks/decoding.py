@@ -47,7 +47,7 @@ def mixed_records(count: int, seed: int = 7) -> list[dict[str, Any]]:
             "meta": {"M": {"turns": {"N": str(n % 50)}, "model": {"S": "m1"}, "tags": {"L": [{"S": "a"}, {"N": "1"}]}}},
             "history": {"L": [{"M": {"at": {"N": str(n)}, "ok": {"BOOL": True}}}, {"S": "x" * (n % 40)}]},
         }
-        change = {"Keys": {"pk": image["pk"], "sk": image["sk"]}, "OldImage": image}
+        change: dict[str, Any] = {"Keys": {"pk": image["pk"], "sk": image["sk"]}, "OldImage": image}
         change |= {"SequenceNumber": f"{n + 1:021d}", "StreamViewType": "NEW_AND_OLD_IMAGES"}
         records.append({"eventID": f"{n:032x}", "eventName": "REMOVE", "dynamodb": change, "eventSourceARN": "arn"})
     return records

@@ -39,7 +39,7 @@ def _listing(url: str) -> str:
 
 def stub_response(request: Any, event_name: str, **_: Any) -> Any:
     """A minimal successful answer to each call the worker makes."""
-    from botocore.awsrequest import AWSResponse
+    from botocore.awsrequest import AWSResponse, HTTPHeaders
 
     operation = event_name.rsplit(".", 1)[-1]
     answers: dict[str, tuple[int, dict[str, str], str]] = {
@@ -53,7 +53,7 @@ def stub_response(request: Any, event_name: str, **_: Any) -> Any:
         status, headers, body = 200, XML, _listing(request.url)
     else:
         status, headers, body = answers[operation]
-    return AWSResponse(request.url, status, headers, _Raw(body.encode()))
+    return AWSResponse(request.url, status, HTTPHeaders.from_dict(headers), _Raw(body.encode()))
 
 
 def peak_rss_mb() -> float:

@@ -18,8 +18,8 @@ def plot(sweep: list[Result], flat: list[Result], ideal: dict[int, float], path:
     levels = [result.concurrency for result in sweep]
     axes.plot(levels, [r.per_second for r in sweep], "o-", label="this worker (MAX_CONCURRENCY)")
     axes.plot(levels, [ideal[c] for c in levels], ":", color="grey", label="ideal: calls x 20 ms / concurrency")
-    for result, style in zip(flat, ("--", "-."), strict=False):
-        axes.axhline(result.per_second, linestyle=style, color="tab:red", label=result.name)
+    for result, style, colour in zip(flat, ("--", "-.", "-"), ("tab:red", "tab:orange", "tab:green"), strict=False):
+        axes.axhline(result.per_second, linestyle=style, color=colour, alpha=0.8, label=result.name)
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xticks(levels, [str(level) for level in levels])

@@ -31,7 +31,7 @@ class _World:
         self.aws = LocalAws(REGION).start()
         self.aws.use()
         self.gateway = LocalGateway().start()
-        self.ddb = boto3.client("dynamodb")
+        self.ddb: Any = boto3.client("dynamodb")
         self.s3 = boto3.client("s3")
         self.kms = boto3.client("kms")
         self.streams = boto3.client("dynamodbstreams")
