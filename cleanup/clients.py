@@ -1,6 +1,8 @@
 """boto3 clients, created on first use and shared by every thread of the process.
 
-Clients are never made at import time (cold start, and tests hand in their own endpoint). botocore clients are
+Clients are never made at import time (cold start, and tests hand in their own endpoint). They come from a botocore
+session rather than boto3's: the same clients, configuration and credential chain, without boto3's import of
+s3transfer, which a cold start would pay for and the worker never uses. botocore clients are
 thread-safe once made, but making them is not, so creation holds a lock. The HTTP pool is sized to the worker's
 concurrency, or threads would queue for a connection.
 """
@@ -8,9 +10,9 @@ concurrency, or threads would queue for a connection.
 from __future__ import annotations
 
 import threading
-from typing import Any, cast
+from typing import Any
 
-import boto3
+import botocore.session
 from botocore.config import Config
 
 from schemas.settings import Settings
@@ -19,7 +21,7 @@ from schemas.settings import Settings
 class Clients:
     """Lazily made AWS clients for one process. ``management(url)`` gives one client per callback endpoint."""
 
-    def __init__(self, settings: Settings, session: boto3.session.Session | None = None) -> None:
+    def __init__(self, settings: Settings, session: botocore.session.Session | None = None) -> None:
         self._settings = settings
         self._session = session
         self._lock = threading.Lock()
@@ -40,8 +42,8 @@ class Clients:
                 client = self._clients.get(key)
                 if client is None:
                     if self._session is None:
-                        self._session = boto3.session.Session()
-                    client = self._session.client(cast(Any, service), endpoint_url=endpoint_url, config=self.config)
+                        self._session = botocore.session.get_session()
+                    client = self._session.create_client(service, endpoint_url=endpoint_url, config=self.config)
                     self._clients[key] = client
         return client
 

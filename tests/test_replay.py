@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import boto3
+import botocore.session
 import pytest
 
 from cleanup.clients import Clients
@@ -182,8 +182,8 @@ def test_a_dry_run_shows_what_the_guard_would_refuse(worker_env, capsys, tmp_pat
 
 def counting_runtime(stack: SessionStack, calls: list[str], **overrides: Any) -> Runtime:
     """A runtime whose every AWS call is recorded (botocore's before-call event, on every client it makes)."""
-    session = boto3.session.Session()
-    session.events.register("before-call.*.*", lambda model, **_: calls.append(model.name))
+    session = botocore.session.get_session()
+    session.register("before-call.*.*", lambda model, **_: calls.append(model.name))
     settings = stack.settings(ws_callback_url=stack.aws.endpoint_url, **overrides)
     return Runtime(settings, Clients(settings, session), Metrics(settings, MetricsSink("off")))
 
