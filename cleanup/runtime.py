@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import translate
 from cleanup.clients import Clients
-from cleanup.telemetry import Metrics, MetricsSink
+from cleanup.telemetry import Metrics, MetricsSink, configure_logging
 from schemas.settings import Settings, Versioning
 
 
 class Runtime:
     """Built once per process by the entry point and passed down explicitly."""
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Runtime:
+        """The entry point's runtime: settings read from the environment (then ``overrides``), logging set up.
+
+        Raises:
+            pydantic.ValidationError: a setting in the environment is invalid.
+        """
+        settings = Settings.from_env()
+        if overrides:
+            settings = settings.model_copy(update=overrides)
+        configure_logging(settings)
+        return cls(settings)
 
     def __init__(self, settings: Settings, clients: Clients | None = None, metrics: Metrics | None = None) -> None:
         self.settings = settings

@@ -9,6 +9,7 @@ import pytest
 
 from tests.stack import SessionStack
 from worker.local.backend import LocalAws
+from worker.local.gateway import LocalGateway
 
 
 @pytest.fixture(scope="session")
@@ -28,11 +29,24 @@ def stack(aws: LocalAws, request: pytest.FixtureRequest) -> SessionStack:
     return SessionStack.create(aws, request.node.name)
 
 
-from worker.local.gateway import LocalGateway  # noqa: E402
-
-
 @pytest.fixture(scope="session")
 def gateway() -> Iterator[LocalGateway]:
     """A local WebSocket gateway (real sockets and the @connections Management API) for the whole run."""
     with LocalGateway() as running:
         yield running
+
+
+@pytest.fixture
+def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
+    """The worker's settings, in the environment as a command reads them, pointed at this test's stack."""
+    for name, value in {
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "SESSION_TABLE": stack.table,
+        "WS_CALLBACK_URL": stack.aws.endpoint_url,
+        "METRICS_DESTINATION": "off",
+        "RETRY_MAX_WAIT_SECONDS": "0.05",
+        "POLL_INTERVAL_SECONDS": "0.05",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return stack

@@ -13,13 +13,6 @@ from worker import cli
 from worker.capture import Capture
 
 
-@pytest.fixture
-def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
-    monkeypatch.setenv("METRICS_DESTINATION", "off")
-    monkeypatch.setenv("POLL_INTERVAL_SECONDS", "0.05")
-    return stack
-
-
 def stream_records(stack: SessionStack) -> list[dict]:
     """Every record of the stream, read straight from GetRecords (the reference the capture must equal)."""
     shard = stack.streams.describe_stream(StreamArn=stack.stream_arn)["StreamDescription"]["Shards"][0]

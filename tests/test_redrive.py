@@ -18,20 +18,6 @@ ON_FAILURE = json.loads((Path(__file__).parent / "events" / "lambda-on-failure-d
 
 
 @pytest.fixture
-def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
-    for name, value in {
-        "SCRATCH_BUCKET": stack.bucket,
-        "KMS_KEY_ID": stack.key_arn,
-        "SESSION_TABLE": stack.table,
-        "WS_CALLBACK_URL": stack.aws.endpoint_url,
-        "METRICS_DESTINATION": "off",
-        "RETRY_MAX_WAIT_SECONDS": "0.05",
-    }.items():
-        monkeypatch.setenv(name, value)
-    return stack
-
-
-@pytest.fixture
 def queue(stack: SessionStack) -> str:
     return str(client("sqs").create_queue(QueueName=f"failures-{stack.table}")["QueueUrl"])
 

@@ -15,7 +15,7 @@ from cleanup.clients import Clients
 from cleanup.runtime import Runtime
 from cleanup.sources import FileRecord, read_file
 from cleanup.telemetry import Metrics, MetricsSink
-from tests.stack import SessionStack
+from tests.stack import SessionStack, client
 from worker import cli, replay
 
 EVENTS = Path(__file__).parent / "events"
@@ -27,21 +27,6 @@ CAPTURED = {  # one moto stream read three ways: INSERT/MODIFY/REMOVE of a1 (exp
 }
 CAPTURED_TABLE = "sessions-cb46267778"  # the table the captured records came from
 READS = {"GetItem", "GetBucketVersioning", "ListObjectsV2", "ListObjectVersions"}
-
-
-@pytest.fixture
-def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
-    """The worker's settings, in the environment, pointed at this test's stack."""
-    for name, value in {
-        "SCRATCH_BUCKET": stack.bucket,
-        "KMS_KEY_ID": stack.key_arn,
-        "SESSION_TABLE": stack.table,
-        "WS_CALLBACK_URL": stack.aws.endpoint_url,
-        "METRICS_DESTINATION": "off",
-        "RETRY_MAX_WAIT_SECONDS": "0.05",
-    }.items():
-        monkeypatch.setenv(name, value)
-    return stack
 
 
 def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
@@ -206,16 +191,18 @@ def test_a_dry_run_sends_no_write_call(aws, request, tmp_path, versioned):
     assert {"DeleteConnection", "RetireGrant", "DeleteObjects"} <= set(enforced)
 
 
-def test_dry_run_settings_turn_off_every_write():
-    settings = replay.dry_run_settings(
-        replay.Settings(dead_letter_queue_url="https://sqs.example/q", metrics_destination="stdout")
-    )
+def test_a_dry_run_sends_nothing_to_the_dead_letter_queue(worker_env, capsys, tmp_path, monkeypatch):
+    stack = worker_env
+    sqs = client("sqs")
+    queue = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", queue)
+    stack.put_session("r2", grant=False, objects=0, extra={"scratchPrefix": "sessions/../x/"})
+    stack.delete("r2")
+    path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
 
-    assert (settings.cleanup_mode.value, settings.dead_letter_queue_url, settings.metrics_destination) == (
-        "dry-run",
-        None,
-        "off",
-    )
+    assert cli.main(["replay", "--dry-run", str(path)]) == 1  # refused, reported, and not dead-lettered
+    assert "refused" in capsys.readouterr().out
+    assert sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages", []) == []
 
 
 class Terminal(io.StringIO):

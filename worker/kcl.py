@@ -31,10 +31,9 @@ from typing import IO, Any
 
 from cleanup.pipeline import Incoming, announce_retry, run_batch
 from cleanup.runtime import Runtime
-from cleanup.telemetry import configure_logging, log
+from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, UnreadableRecord, read_record
-from schemas.settings import Settings
 
 MAX_BACKOFF_SECONDS = 60.0
 CHECKPOINT_TRIES = 6
@@ -52,9 +51,7 @@ def main(args: argparse.Namespace) -> int:
     from amazon_kclpy import kcl
 
     protocol = _claim_stdout()
-    settings = Settings.from_env()
-    configure_logging(settings, sys.stderr)
-    runtime = Runtime(settings)
+    runtime = Runtime.from_env()  # logs go to stderr, as does everything written to fd 1 from here on
     try:
         kcl.KCLProcess(record_processor(runtime), input_file=sys.stdin, output_file=protocol).run()
     finally:

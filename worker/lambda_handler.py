@@ -12,10 +12,8 @@ from typing import Any
 from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
-from cleanup.telemetry import configure_logging
 from schemas.outcomes import Outcome
 from schemas.records import read_lambda_event
-from schemas.settings import Settings
 
 _runtime: Runtime | None = None
 
@@ -24,9 +22,7 @@ def runtime() -> Runtime:
     """The process's runtime, built from the environment on the first invocation and kept while warm."""
     global _runtime
     if _runtime is None:
-        settings = Settings.from_env()
-        configure_logging(settings)
-        _runtime = Runtime(settings)
+        _runtime = Runtime.from_env()
     return _runtime
 
 

@@ -11,8 +11,7 @@ import argparse
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.runtime import Runtime
-from cleanup.telemetry import configure_logging, log
-from schemas.settings import Settings
+from cleanup.telemetry import log
 from worker.signals import shutdown_on_signals
 from worker.stream_poller import StreamPoller
 
@@ -35,9 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the poller until SIGTERM/SIGINT (or, with ``--until-idle``, until the stream is drained)."""
-    settings = Settings.from_env()
-    configure_logging(settings)
-    runtime = Runtime(settings)
+    runtime = Runtime.from_env()
     try:
         stream_arn = args.stream_arn or latest_stream_arn(runtime, args.table_name)
     except LookupError as exc:
@@ -45,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     poller = StreamPoller(runtime, stream_arn, consumer_id=args.consumer_id)
     try:
-        with shutdown_on_signals(poller.request_stop, settings.shutdown_grace_seconds):
+        with shutdown_on_signals(poller.request_stop, runtime.settings.shutdown_grace_seconds):
             summary = poller.run(until_idle=args.until_idle)
     finally:
         runtime.close()

@@ -21,8 +21,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
-from cleanup.telemetry import configure_logging
-from schemas.settings import Settings
 
 EXIT_OK, EXIT_KEPT, EXIT_USAGE = 0, 1, 2
 
@@ -42,10 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Redrive every message on the queue with the settings from the environment."""
-    settings = Settings.from_env()
-    settings = settings.model_copy(update={"dead_letter_queue_url": None})
-    configure_logging(settings)
-    runtime = Runtime(settings)
+    runtime = Runtime.from_env(dead_letter_queue_url=None)
     try:
         return run(args, runtime)
     finally:

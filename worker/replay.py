@@ -20,10 +20,9 @@ from cleanup.classify import item_key
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.sources import FileRecord, Location, Rejected, SourceFileError, read_file
-from cleanup.telemetry import configure_logging
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord
-from schemas.settings import CleanupMode, Settings
+from schemas.settings import CleanupMode
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROGRESS_FROM = 500  # records; shorter files finish before a bar would help
@@ -39,21 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Read the settings from the environment, replay the files, print the report."""
-    settings = Settings.from_env()
-    if args.dry_run:
-        settings = dry_run_settings(settings)
-    configure_logging(settings)
-    runtime = Runtime(settings)
+    runtime = Runtime.from_env(**(DRY_RUN if args.dry_run else {}))
     try:
         return run(args, runtime)
     finally:
         runtime.close()
 
 
-def dry_run_settings(settings: Settings) -> Settings:
-    """The same settings, changing nothing: preview each step, send nothing to the dead-letter queue or metrics."""
-    update = {"cleanup_mode": CleanupMode.DRY_RUN, "dead_letter_queue_url": None, "metrics_destination": "off"}
-    return settings.model_copy(update=update)
+# A dry run changes nothing: it previews each step and sends nothing to the dead-letter queue or to metrics.
+DRY_RUN: dict[str, Any] = {
+    "cleanup_mode": CleanupMode.DRY_RUN,
+    "dead_letter_queue_url": None,
+    "metrics_destination": "off",
+}
 
 
 def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) -> int:

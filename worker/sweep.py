@@ -15,8 +15,6 @@ from cleanup.exceptions import MissingConfigError
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from cleanup.sweeper import sweep
-from cleanup.telemetry import configure_logging
-from schemas.settings import Settings
 
 EXIT_FAILURES = 1
 EXIT_CONFIG = 2
@@ -28,9 +26,7 @@ def runtime() -> Runtime:
     """The process's runtime, built from the environment on the first invocation and kept while warm."""
     global _runtime
     if _runtime is None:
-        settings = Settings.from_env()
-        configure_logging(settings)
-        _runtime = Runtime(settings)
+        _runtime = Runtime.from_env()
     return _runtime
 
 
@@ -52,11 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Sweep once; print the counts as one JSON line. Exit 1 if a query or delete failed, 2 if misconfigured."""
-    settings = Settings.from_env()
-    if args.table:
-        settings = settings.model_copy(update={"session_table": args.table})
-    configure_logging(settings)
-    runner = Runtime(settings)
+    runner = Runtime.from_env(**({"session_table": args.table} if args.table else {}))
     try:
         report = sweep(runner, page_size=args.page_size)
     except MissingConfigError as exc:
