@@ -15,9 +15,11 @@ from schemas.attributes import AttributeDecodeError, decode_image, decode_value
 
 BOTO3 = TypeDeserializer()
 
-numbers = st.decimals(allow_nan=False, allow_infinity=False, places=None).filter(
-    lambda d: d == 0 or (len(d.as_tuple().digits) <= 38 and -120 <= d.adjusted() <= 120)
-).map(str)
+numbers = (
+    st.decimals(allow_nan=False, allow_infinity=False, places=None)
+    .filter(lambda d: d == 0 or (len(d.as_tuple().digits) <= 38 and -120 <= d.adjusted() <= 120))
+    .map(str)
+)
 blobs = st.binary(max_size=24)
 texts = st.text(max_size=12)
 
