@@ -8,11 +8,12 @@ from typing import Any
 
 from cleanup.actions import connection, grant, scratch
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
-from cleanup.guard import resolve_prefix
+from cleanup.guard import ScratchLocation, resolve_prefix
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
+from schemas.settings import Settings
 
 Run = Callable[[], tuple[ActionStatus, dict[str, Any]]]
 
@@ -27,6 +28,7 @@ class Step:
     run: Run | None = None
     preview: Run | None = None
     refusal: PermanentError | None = None
+    location: ScratchLocation | None = None  # where a scratch step deletes, as the guard resolved it
 
 
 def plan(session: Session, runtime: Runtime) -> list[Step]:
@@ -83,26 +85,35 @@ def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> St
         return ActionStatus.PLANNED, {"versions" if versioned else "objects": found}
 
     detail = {"bucket": where.bucket, "prefix": where.prefix}
-    return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview)
+    return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
 
 
-def held_by(step: Step, live: Session | None) -> bool:
-    """Whether the live item (same key, recreated) still holds the step's resource."""
+def held_by(step: Step, live: Session | None, settings: Settings) -> bool:
+    """Whether the live item (same key, recreated) still holds the step's resource.
+
+    Scratch data is compared by where it is, not by how the prefix is spelled, and counts as held when the two
+    prefixes overlap at all: deleting the old one would then delete some of the live session's data.
+    """
     if live is None:
         return False
-    held = {
-        connection.ACTION: live.connection_id,
-        grant.ACTION: live.grant_id,
-        scratch.ACTION: live.scratch_prefix,
-    }
-    return held.get(step.action) == step.resource
+    if step.action == scratch.ACTION and live.scratch_prefix is not None and step.location is not None:
+        try:
+            held = resolve_prefix(live.scratch_prefix, settings, live.tenant_id)
+        except CleanupError:
+            return live.scratch_prefix == step.resource
+        mine = step.location
+        return held.bucket == mine.bucket and (
+            held.prefix.startswith(mine.prefix) or mine.prefix.startswith(held.prefix)
+        )
+    held_ids = {connection.ACTION: live.connection_id, grant.ACTION: live.grant_id, scratch.ACTION: live.scratch_prefix}
+    return held_ids.get(step.action) == step.resource
 
 
 def execute(
     step: Step, runtime: Runtime, deadline: Deadline, *, live: Session | None = None, dry_run: bool = False
 ) -> ActionResult:
     """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result."""
-    if held_by(step, live):
+    if held_by(step, live, runtime.settings):
         return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={"heldBy": "live session"})
     if step.refusal is not None:
         return _failed(step, step.refusal, refused=True)

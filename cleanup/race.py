@@ -24,7 +24,7 @@ def live_session(dynamodb: Any, table: str, keys: dict[str, Any], names: Attribu
     Raises:
         TransientError / PermanentError: the read failed.
     """
-    wanted = (names.connection_id, names.grant_id, names.scratch_prefix)
+    wanted = (names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id)
     try:
         response = dynamodb.get_item(
             TableName=table,

@@ -309,3 +309,26 @@ def test_a_remove_from_a_keys_only_stream_is_reported_with_the_fix(aws, request,
     assert outcome.permanent
     assert "NEW_AND_OLD_IMAGES" in (outcome.error or "")
     assert len(stack.objects(item["scratchPrefix"])) == 3  # nothing to clean it from, and nothing was touched
+
+
+@pytest.mark.parametrize(
+    "live_prefix",
+    [
+        "s3://{bucket}/sessions/t1/same/",  # the same place, spelled as a URI
+        "sessions/t1/same/inner/",  # inside the deleted session's prefix
+        "sessions/t1/",  # around it
+    ],
+)
+def test_a_reconnected_session_whose_scratch_overlaps_keeps_it(stack: SessionStack, live_prefix: str) -> None:
+    old = stack.put_session("same", objects=2)
+    stack.delete("same")
+    live_prefix = live_prefix.format(bucket=stack.bucket)
+    stack.s3.put_object(Bucket=stack.bucket, Key="sessions/t1/same/inner/live", Body=b"live")
+    stack.put_item({**old, "grantId": "other-grant", "scratchPrefix": live_prefix})
+    event = stack.lambda_event()
+
+    remove = next(o for o in outcomes_of(stack, event) if o.event_name == "REMOVE")
+
+    assert {a.action: a.status for a in remove.actions}["scratch"] is ActionStatus.KEPT
+    assert len(stack.objects(old["scratchPrefix"])) == 3
+    assert old["grantId"] not in stack.grant_ids()
