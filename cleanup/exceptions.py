@@ -9,6 +9,7 @@
     │     └── TrimmedDataError        a stream position older than the 24 h retention: records were lost
     └── PermanentError                retrying cannot help: dead-letter it, or report it failed
           ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
+          ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
           └── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
@@ -35,6 +36,10 @@ class PermanentError(CleanupError):
 
 class UnsafePrefixError(PermanentError):
     """The scratch prefix is outside what the worker may delete."""
+
+
+class RefusedEndpointError(PermanentError):
+    """The item names a callback endpoint the worker may not send signed requests to."""
 
 
 class MissingConfigError(PermanentError):

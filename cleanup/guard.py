@@ -1,4 +1,4 @@
-"""The safety guard: decides, before any S3 call, whether a scratch prefix may be deleted at all.
+"""The safety guard: decides, before any call, whether a scratch prefix may be deleted and an endpoint called at all.
 
 The worker deletes every object under a prefix taken from a database item. A wrong or hostile value there could
 otherwise empty the bucket, another tenant's area or another bucket, so the prefix must:
@@ -12,10 +12,11 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from cleanup.exceptions import MissingConfigError, UnsafePrefixError
+from cleanup.exceptions import MissingConfigError, RefusedEndpointError, UnsafePrefixError
 from schemas.settings import Settings
 
 
@@ -48,6 +49,35 @@ def resolve_prefix(scratch_prefix: str, settings: Settings, tenant_id: str | Non
     if not prefix.startswith(root) or prefix == root:
         raise UnsafePrefixError(f"scratch prefix {prefix!r} is not strictly under {root!r}")
     return ScratchLocation(bucket, prefix)
+
+
+# API Gateway's own management endpoint: the signed request stays with AWS, and IAM decides what it may do.
+_EXECUTE_API = re.compile(r"https://[a-z0-9]{10}\.execute-api\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[A-Za-z0-9_-]+/?")
+
+
+def callback_endpoint(item_url: str | None, settings: Settings) -> str:
+    """The management endpoint to close a session's socket through.
+
+    An item's ``callbackUrl`` is used only if it is WS_CALLBACK_URL, one of ALLOWED_CALLBACK_URLS, or an API Gateway
+    execute-api endpoint: the worker signs its request with its own credentials, and must not send that to whatever
+    host an item names.
+
+    Raises:
+        RefusedEndpointError: the item's callbackUrl is none of those.
+        MissingConfigError: neither the item nor WS_CALLBACK_URL names an endpoint.
+    """
+    if not item_url:
+        if not settings.ws_callback_url:
+            raise MissingConfigError("session has a connectionId but no callback endpoint: set WS_CALLBACK_URL")
+        return settings.ws_callback_url
+    allowed = {url.strip().rstrip("/") for url in settings.allowed_callback_urls.split(",") if url.strip()}
+    if settings.ws_callback_url:
+        allowed.add(settings.ws_callback_url.rstrip("/"))
+    if item_url.rstrip("/") in allowed or _EXECUTE_API.fullmatch(item_url):
+        return item_url
+    raise RefusedEndpointError(
+        f"callbackUrl {item_url!r} is not WS_CALLBACK_URL, an execute-api endpoint, or in ALLOWED_CALLBACK_URLS"
+    )
 
 
 def _split(scratch_prefix: str, default_bucket: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from cleanup.actions import connection, grant, scratch
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
-from cleanup.guard import ScratchLocation, resolve_prefix
+from cleanup.guard import ScratchLocation, callback_endpoint, resolve_prefix
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
@@ -44,11 +44,11 @@ def plan(session: Session, runtime: Runtime) -> list[Step]:
 
 
 def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> Step:
-    endpoint = session.callback_url or runtime.settings.ws_callback_url
     detail = {"connectionId": connection_id}
-    if not endpoint:
-        refusal = MissingConfigError("session has a connectionId but no callback endpoint: set WS_CALLBACK_URL")
-        return Step(connection.ACTION, connection_id, detail, refusal=refusal)
+    try:
+        endpoint = callback_endpoint(session.callback_url, runtime.settings)
+    except PermanentError as exc:
+        return Step(connection.ACTION, connection_id, detail, refusal=exc)
 
     def run() -> tuple[ActionStatus, dict[str, Any]]:
         return connection.close_connection(runtime.clients.management(endpoint), connection_id), {}

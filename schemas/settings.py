@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     """SCRATCH_VERSIONING: ``auto`` asks GetBucketVersioning once per process."""
     ws_callback_url: str | None = None
     """WS_CALLBACK_URL: API Gateway management endpoint, used when the item has no callbackUrl."""
+    allowed_callback_urls: str = ""
+    """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL and
+    API Gateway's own ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`` (e.g. a custom domain)."""
     kms_key_id: str | None = None
     """KMS_KEY_ID: the grants' key, used when the item has no kmsKeyId."""
     session_table: str | None = None

@@ -11,7 +11,9 @@ from botocore.config import Config
 
 from cleanup.actions.connection import close_connection
 from cleanup.exceptions import PermanentError, TransientError
-from schemas.outcomes import ActionStatus
+from cleanup.pipeline import run_batch
+from schemas.outcomes import ActionStatus, Status
+from schemas.records import read_lambda_event
 from tests.stack import SessionStack
 from worker import lambda_handler
 from worker.local.gateway import LocalGateway
@@ -147,3 +149,30 @@ def test_delivering_the_same_event_again_reports_no_failure(
     assert gateway.delete_calls == calls_before + 1  # asked again, answered 410 Gone: already closed
     assert gateway.is_open(live.connection_id)
     live.close()
+
+
+def test_an_items_own_allowed_callback_url_is_used(stack: SessionStack, gateway: LocalGateway) -> None:
+    client = gateway.connect()
+    stack.put_session("own", connection_id=client.connection_id, extra={"callbackUrl": gateway.callback_url})
+    stack.delete("own")
+    runtime = stack.runtime(ws_callback_url=None, allowed_callback_urls=gateway.callback_url)
+
+    outcome = run_batch(read_lambda_event(stack.lambda_event()), runtime)[-1]
+
+    assert outcome.status is Status.CLEANED
+    assert client.wait_closed(timeout=5)
+
+
+def test_an_items_callback_url_that_is_not_allowed_gets_no_request(stack: SessionStack, gateway: LocalGateway) -> None:
+    client = gateway.connect()
+    stack.put_session("rogue", connection_id=client.connection_id, extra={"callbackUrl": gateway.callback_url})
+    stack.delete("rogue")
+    calls_before = gateway.delete_calls
+
+    outcome = run_batch(read_lambda_event(stack.lambda_event()), stack.runtime(ws_callback_url=None))[-1]
+
+    assert outcome.status is Status.FAILED and outcome.permanent
+    assert "ALLOWED_CALLBACK_URLS" in (outcome.error or "")
+    assert gateway.delete_calls == calls_before
+    assert gateway.is_open(client.connection_id)
+    client.close()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cleanup.exceptions import MissingConfigError, UnsafePrefixError
-from cleanup.guard import ScratchLocation, resolve_prefix
+from cleanup.exceptions import MissingConfigError, RefusedEndpointError, UnsafePrefixError
+from cleanup.guard import ScratchLocation, callback_endpoint, resolve_prefix
 from schemas.settings import Settings
 
 SETTINGS = Settings(scratch_bucket="scratch", scratch_root="sessions/")
@@ -73,3 +73,46 @@ def test_without_a_configured_bucket_nothing_is_deleted() -> None:
 def test_an_unsafe_scratch_root_is_a_configuration_error(root: str) -> None:
     with pytest.raises(ValueError, match="SCRATCH_ROOT"):
         Settings(scratch_root=root)
+
+
+CALLBACK = "https://abcdef1234.execute-api.eu-west-1.amazonaws.com/prod"
+
+
+@pytest.mark.parametrize(
+    ("item_url", "settings", "expected"),
+    [
+        (None, Settings(ws_callback_url=CALLBACK), CALLBACK),
+        ("", Settings(ws_callback_url=CALLBACK), CALLBACK),
+        (CALLBACK + "/", Settings(ws_callback_url=CALLBACK), CALLBACK + "/"),
+        ("https://zyxwvu9876.execute-api.us-east-1.amazonaws.com/dev", Settings(), None),
+        (
+            "https://ws.example.com/v1",
+            Settings(allowed_callback_urls="https://a.test/x, https://ws.example.com/v1/"),
+            None,
+        ),
+    ],
+)
+def test_the_callback_endpoint_is_the_configured_one_or_an_allowed_one(
+    item_url: str | None, settings: Settings, expected: str | None
+) -> None:
+    assert callback_endpoint(item_url, settings) == (expected or item_url)
+
+
+@pytest.mark.parametrize(
+    "item_url",
+    [
+        "https://evil.example/prod",
+        "http://abcdef1234.execute-api.eu-west-1.amazonaws.com/prod",
+        "https://abcdef1234.execute-api.eu-west-1.amazonaws.com.evil.example/prod",
+        "https://abcdef1234.execute-api.eu-west-1.amazonaws.com@evil.example/prod",
+        "http://169.254.169.254/latest",
+    ],
+)
+def test_an_item_cannot_send_the_workers_signed_requests_elsewhere(item_url: str) -> None:
+    with pytest.raises(RefusedEndpointError, match="ALLOWED_CALLBACK_URLS"):
+        callback_endpoint(item_url, Settings(ws_callback_url=CALLBACK))
+
+
+def test_a_socket_with_no_endpoint_at_all_is_a_configuration_error() -> None:
+    with pytest.raises(MissingConfigError, match="WS_CALLBACK_URL"):
+        callback_endpoint(None, Settings())
