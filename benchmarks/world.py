@@ -47,7 +47,9 @@ class _World:
 
         name = uuid.uuid4().hex[:10]
         table, bucket = f"sessions-{name}", f"scratch-{name}"
-        stream_arn = self._table(table)
+        from worker.local.backend import create_session_table
+
+        stream_arn = str(create_session_table(self.ddb, table, ttl=False))
         self.s3.create_bucket(Bucket=bucket)
         key = self.kms.create_key(Description=table)["KeyMetadata"]
         s3_backend, kms_backend = s3_backends[ACCOUNT]["aws"], kms_backends[ACCOUNT][REGION]
@@ -81,19 +83,6 @@ class _World:
         open_ids = self.gateway.connection_ids()
         sockets = sum(client.connection_id in open_ids for client in self.sockets.get(bucket, []))
         return {"objects": objects, "grants": grants, "sockets_open": sockets}
-
-    def _table(self, table: str) -> str:
-        created = self.ddb.create_table(
-            TableName=table,
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        )
-        return str(created["TableDescription"]["LatestStreamArn"])
 
     def _write(self, table: str, requests: list[dict[str, Any]]) -> None:
         for start in range(0, len(requests), 25):

@@ -17,7 +17,7 @@ from cleanup.runtime import Runtime
 from cleanup.stream_reader import raw_get_records
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.settings import Settings
-from worker.local.backend import LocalAws
+from worker.local.backend import LocalAws, create_session_table
 
 REGION = "us-east-1"
 
@@ -46,17 +46,7 @@ class SessionStack:
         suffix = hashlib.sha1(f"{test_name}{uuid.uuid4()}".encode()).hexdigest()[:10]
         ddb, s3, kms = client("dynamodb"), client("s3"), client("kms")
         table = f"sessions-{suffix}"
-        created = ddb.create_table(
-            TableName=table,
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": view_type},
-        )
-        ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+        stream_arn = create_session_table(ddb, table, view_type=view_type)
         bucket = f"scratch-{suffix}"
         s3.create_bucket(Bucket=bucket)
         if versioned:
@@ -67,7 +57,7 @@ class SessionStack:
             table=table,
             bucket=bucket,
             key_arn=key_arn,
-            stream_arn=created["TableDescription"]["LatestStreamArn"],
+            stream_arn=str(stream_arn),
             ddb=ddb,
             s3=s3,
             kms=kms,

@@ -17,6 +17,7 @@ from cleanup.sources import FileRecord, read_file
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack, client
 from worker import cli, replay
+from worker.local.backend import create_session_table
 
 EVENTS = Path(__file__).parent / "events"
 DOCS_EVENT = EVENTS / "dynamodb-streams-lambda-event.json"
@@ -225,15 +226,7 @@ def ensure_table(stack: SessionStack, name: str) -> None:
     try:
         stack.ddb.describe_table(TableName=name)
     except stack.ddb.exceptions.ResourceNotFoundException:
-        stack.ddb.create_table(
-            TableName=name,
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_session_table(stack.ddb, name, view_type=None, ttl=False)
 
 
 def test_a_failed_record_holds_back_later_records_of_its_item_across_chunks(worker_env, tmp_path):

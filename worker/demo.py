@@ -125,34 +125,12 @@ class Demo:
 
     def create_stack(self) -> tuple[str, str]:
         progress("creating the session table (TTL, NEW_AND_OLD_IMAGES stream, expiry index), bucket and KMS key")
-        table = self.ddb.create_table(
-            TableName=self.table,
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-                {"AttributeName": "expiryBucket", "AttributeType": "S"},
-                {"AttributeName": "ttl", "AttributeType": "N"},
-            ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": "expiry-index",
-                    "KeySchema": [
-                        {"AttributeName": "expiryBucket", "KeyType": "HASH"},
-                        {"AttributeName": "ttl", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "KEYS_ONLY"},
-                }
-            ],
-            BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        )["TableDescription"]
-        self.ddb.update_time_to_live(
-            TableName=self.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
-        )
+        from worker.local.backend import create_session_table
+
+        stream_arn = create_session_table(self.ddb, self.table, expiry_index="expiry-index")
         self.s3.create_bucket(Bucket=self.bucket)
         key_arn = self.kms.create_key(Description="demo session grants")["KeyMetadata"]["Arn"]
-        return str(table["LatestStreamArn"]), str(key_arn)
+        return str(stream_arn), str(key_arn)
 
     def create_sessions(self, key_arn: str, settings: Any) -> None:
         from cleanup.sessions import create_session

@@ -67,6 +67,49 @@ class LocalAws:
         expire_by_ttl(table, key, self.region)
 
 
+def create_session_table(
+    ddb: Any,
+    table: str,
+    *,
+    view_type: str | None = "NEW_AND_OLD_IMAGES",
+    ttl: bool = True,
+    expiry_index: str | None = None,
+) -> str | None:
+    """A session table (``pk``/``sk``) with its stream, TTL on ``ttl``, and optionally the sweeper's expiry index.
+
+    Returns:
+        The stream's ARN, or None when ``view_type`` is None (no stream).
+    """
+    attributes = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
+    request: dict[str, Any] = {
+        "TableName": table,
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if view_type is not None:
+        request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": view_type}
+    if expiry_index is not None:
+        attributes += [
+            {"AttributeName": "expiryBucket", "AttributeType": "S"},
+            {"AttributeName": "ttl", "AttributeType": "N"},
+        ]
+        request["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": expiry_index,
+                "KeySchema": [
+                    {"AttributeName": "expiryBucket", "KeyType": "HASH"},
+                    {"AttributeName": "ttl", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ]
+    description = ddb.create_table(AttributeDefinitions=attributes, **request)["TableDescription"]
+    if ttl:
+        ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
+    arn = description.get("LatestStreamArn")
+    return str(arn) if arn else None
+
+
 def expire_by_ttl(table: str, key: dict[str, Any], region: str, account_id: str = DEFAULT_ACCOUNT_ID) -> None:
     """Delete an item through moto's in-process backend and mark its REMOVE record as a TTL delete."""
     from moto.dynamodb.models import dynamodb_backends
