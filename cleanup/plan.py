@@ -9,11 +9,11 @@ from typing import Any
 from cleanup.actions import connection, grant, scratch
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.guard import ScratchLocation, callback_endpoint, resolve_prefix
+from cleanup.race import Holding, holding
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
-from schemas.settings import Settings
 
 Run = Callable[[], tuple[ActionStatus, dict[str, Any]]]
 
@@ -88,33 +88,18 @@ def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> St
     return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
 
 
-def held_by(step: Step, live: Session | None, settings: Settings) -> bool:
-    """Whether the live item (same key, recreated) still holds the step's resource.
-
-    Scratch data is compared by where it is, not by how the prefix is spelled, and counts as held when the two
-    prefixes overlap at all: deleting the old one would then delete some of the live session's data.
-    """
-    if live is None:
-        return False
-    if step.action == scratch.ACTION and live.scratch_prefix is not None and step.location is not None:
-        try:
-            held = resolve_prefix(live.scratch_prefix, settings, live.tenant_id)
-        except CleanupError:
-            return live.scratch_prefix == step.resource
-        mine = step.location
-        return held.bucket == mine.bucket and (
-            held.prefix.startswith(mine.prefix) or mine.prefix.startswith(held.prefix)
-        )
-    held_ids = {connection.ACTION: live.connection_id, grant.ACTION: live.grant_id, scratch.ACTION: live.scratch_prefix}
-    return held_ids.get(step.action) == step.resource
-
-
 def execute(
     step: Step, runtime: Runtime, deadline: Deadline, *, live: Session | None = None, dry_run: bool = False
 ) -> ActionResult:
-    """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result."""
-    if held_by(step, live, runtime.settings):
+    """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result.
+
+    What the live item under the same key still holds (``live``, the reconnect race) is kept.
+    """
+    held = holding(step.action, step.resource, live, old=step.location, bucket=runtime.settings.scratch_bucket or "")
+    if held is Holding.HELD:
         return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={"heldBy": "live session"})
+    if held is Holding.UNKNOWN and live is not None:
+        return _failed(step, _incomparable(step, live.scratch_prefix))
     if step.refusal is not None:
         return _failed(step, step.refusal, refused=True)
     run = step.preview if dry_run else step.run
@@ -125,6 +110,13 @@ def execute(
     except CleanupError as exc:
         return _failed(step, exc)
     return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
+
+
+def _incomparable(step: Step, live_prefix: str | None) -> PermanentError:
+    return PermanentError(
+        f"the live session under the same key has scratch prefix {live_prefix!r}, which names no S3 location that "
+        f"can be compared with {step.resource!r}: both are kept; check the live item, then redrive this record"
+    )
 
 
 def _retried(runtime: Runtime, step: Step) -> Callable[[BaseException], None]:
