@@ -58,6 +58,9 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
     prefix = settings.session_key_prefix
     if prefix and not _partition_key(record, names.pk).startswith(prefix):
         return Decision(key, skip_reason=f"not a session: partition key outside {prefix!r}")
+    sort_key = settings.session_sort_key
+    if sort_key is not None and _sort_key(record, names.sk) != sort_key:
+        return Decision(key, skip_reason=f"not a session: sort key is not {sort_key!r}")
     if not any(name in record.old_image for name in names.resources):
         return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
     try:
@@ -73,6 +76,11 @@ def _partition_key(record: StreamRecord, name: str) -> str:
     if isinstance(value, dict) and isinstance(value.get("S"), str):
         return str(value["S"])
     return ""
+
+
+def _sort_key(record: StreamRecord, name: str) -> str | None:
+    value = record.keys.get(name)
+    return _key_text(value) if value is not None else None
 
 
 def _reason(record: StreamRecord, session: Session) -> tuple[Reason, float | None]:

@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     """SESSION_TABLE: table for the reconnect race check when the record does not name its table."""
     session_key_prefix: str | None = None
     """SESSION_KEY_PREFIX: only items whose partition key starts with this (e.g. ``session#``) are sessions."""
+    session_sort_key: str | None = None
+    """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
+    partition holds other rows besides the session's."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
 
     # How.
