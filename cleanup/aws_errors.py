@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -32,6 +34,11 @@ THROTTLING_CODES = frozenset(
         "EC2ThrottledException",
     }
 )
+# getaddrinfo's "no such host" answers (EAI_AGAIN, a resolver that could not answer, stays transient).
+_NO_SUCH_HOST = frozenset(
+    code for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None)) if code
+)
+
 TRANSIENT_CODES = THROTTLING_CODES | frozenset(
     {
         "InternalError",
@@ -68,8 +75,29 @@ def translate(exc: Exception, what: str) -> CleanupError:
         if is_transient_code(code, status):
             return TransientError(message)
         return PermanentError(message)
+    if unresolvable_host(exc):
+        return PermanentError(f"{what}: the endpoint's host name does not resolve: {exc}")
     if isinstance(exc, ReadTimeoutError | BotoConnectionError | HTTPClientError):
         return TransientError(f"{what}: {type(exc).__name__}: {exc}")
     if isinstance(exc, BotoCoreError):
         return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
     return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def unresolvable_host(exc: BaseException) -> bool:
+    """Whether a connection failed because DNS says the host does not exist (a temporary DNS failure is not that).
+
+    botocore wraps urllib3's error, which wraps the resolver's ``socket.gaierror``: the chain is walked to find it.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror):
+            return current.errno in _NO_SUCH_HOST
+        error = getattr(current, "kwargs", {}).get("error")
+        pending += [error if isinstance(error, BaseException) else None, current.__cause__, current.__context__]
+    return False

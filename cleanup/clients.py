@@ -5,17 +5,24 @@ session rather than boto3's: the same clients, configuration and credential chai
 s3transfer, which a cold start would pay for and the worker never uses. botocore clients are
 thread-safe once made, but making them is not, so creation holds a lock. The HTTP pool is sized to the worker's
 concurrency, or threads would queue for a connection.
+
+Management API clients are one per callback endpoint, and endpoints come from items: they are kept in a small LRU
+cache (``MANAGEMENT_CLIENTS``), so that many distinct endpoints cannot grow the process without bound (a client
+holds its own service model and connection pool: about 130 KB each).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import botocore.session
 from botocore.config import Config
 
 from schemas.settings import Settings
+
+MANAGEMENT_CLIENTS = 32
 
 
 class Clients:
@@ -26,6 +33,7 @@ class Clients:
         self._session = session
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, str | None], Any] = {}
+        self._management: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
         self.config = Config(
             max_pool_connections=settings.max_concurrency + 4,
             retries={"mode": "standard", "total_max_attempts": settings.botocore_max_attempts},
@@ -41,11 +49,14 @@ class Clients:
             with self._lock:
                 client = self._clients.get(key)
                 if client is None:
-                    if self._session is None:
-                        self._session = botocore.session.get_session()
-                    client = self._session.create_client(service, endpoint_url=endpoint_url, config=self.config)
-                    self._clients[key] = client
+                    client = self._clients[key] = self._create(service, endpoint_url)
         return client
+
+    def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+        """A new client (the caller holds the lock: botocore's client creation is not thread-safe)."""
+        if self._session is None:
+            self._session = botocore.session.get_session()
+        return self._session.create_client(service, region, endpoint_url=endpoint_url, config=self.config)
 
     @property
     def s3(self) -> Any:
@@ -63,6 +74,19 @@ class Clients:
     def sqs(self) -> Any:
         return self.get("sqs")
 
-    def management(self, callback_url: str) -> Any:
-        """API Gateway Management API client for one WebSocket API stage."""
-        return self.get("apigatewaymanagementapi", callback_url)
+    def management(self, callback_url: str, region: str | None = None) -> Any:
+        """API Gateway Management API client for one WebSocket API stage, signing for ``region`` when given.
+
+        The least recently used of more than MANAGEMENT_CLIENTS endpoints' clients is dropped (a call still using it
+        finishes; its connections close when it is collected).
+        """
+        key = (callback_url, region)
+        with self._lock:
+            client = self._management.get(key)
+            if client is None:
+                client = self._management[key] = self._create("apigatewaymanagementapi", callback_url, region)
+                while len(self._management) > MANAGEMENT_CLIENTS:
+                    self._management.popitem(last=False)
+            else:
+                self._management.move_to_end(key)
+            return client

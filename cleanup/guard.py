@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from urllib.parse import unquote
+
+import botocore.loaders
 
 from cleanup.exceptions import MissingConfigError, RefusedEndpointError, UnsafePrefixError
 from schemas.settings import Settings
@@ -52,15 +55,17 @@ def resolve_prefix(scratch_prefix: str, settings: Settings, tenant_id: str | Non
 
 
 # API Gateway's own management endpoint: the signed request stays with AWS, and IAM decides what it may do.
-_EXECUTE_API = re.compile(r"https://[a-z0-9]{10}\.execute-api\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/[A-Za-z0-9_-]+/?")
+_EXECUTE_API = re.compile(
+    r"https://[a-z0-9]{10}\.execute-api\.(?P<region>[a-z0-9-]+)\.(?P<suffix>[a-z0-9.-]+)/[A-Za-z0-9_-]+/?"
+)
 
 
 def callback_endpoint(item_url: str | None, settings: Settings) -> str:
     """The management endpoint to close a session's socket through.
 
     An item's ``callbackUrl`` is used only if it is WS_CALLBACK_URL, one of ALLOWED_CALLBACK_URLS, or an API Gateway
-    execute-api endpoint: the worker signs its request with its own credentials, and must not send that to whatever
-    host an item names.
+    execute-api endpoint in a region that botocore's partition data knows, under that partition's own domain: the
+    worker signs its request with its own credentials, and must not send that to whatever host an item names.
 
     Raises:
         RefusedEndpointError: the item's callbackUrl is none of those.
@@ -73,11 +78,36 @@ def callback_endpoint(item_url: str | None, settings: Settings) -> str:
     allowed = {url.strip().rstrip("/") for url in settings.allowed_callback_urls.split(",") if url.strip()}
     if settings.ws_callback_url:
         allowed.add(settings.ws_callback_url.rstrip("/"))
-    if item_url.rstrip("/") in allowed or _EXECUTE_API.fullmatch(item_url):
+    if item_url.rstrip("/") in allowed or execute_api_region(item_url) is not None:
         return item_url
     raise RefusedEndpointError(
-        f"callbackUrl {item_url!r} is not WS_CALLBACK_URL, an execute-api endpoint, or in ALLOWED_CALLBACK_URLS"
+        f"callbackUrl {item_url!r} is not WS_CALLBACK_URL, an execute-api endpoint of a known region, or in "
+        "ALLOWED_CALLBACK_URLS"
     )
+
+
+def execute_api_region(url: str) -> str | None:
+    """The region of an API Gateway execute-api endpoint, the region its requests must be signed for.
+
+    None unless ``url`` is ``https://{api-id}.execute-api.{region}.{dns-suffix}/{stage}`` with a region that
+    botocore's partition data lists and that partition's own DNS suffix.
+    """
+    match = _EXECUTE_API.fullmatch(url)
+    if match is None:
+        return None
+    region = match["region"]
+    return region if region in _known_regions().get(match["suffix"], frozenset()) else None
+
+
+@cache
+def _known_regions() -> dict[str, frozenset[str]]:
+    """Regions by DNS suffix, from the partition data botocore ships (``aws-global`` and the like left out)."""
+    regions: dict[str, set[str]] = {}
+    for partition in botocore.loaders.create_loader().load_data("partitions")["partitions"]:
+        pattern = re.compile(partition["regionRegex"])
+        known = {name for name in partition["regions"] if pattern.fullmatch(name)}
+        regions.setdefault(partition["outputs"]["dnsSuffix"], set()).update(known)
+    return {suffix: frozenset(names) for suffix, names in regions.items()}
 
 
 def _split(scratch_prefix: str, default_bucket: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from cleanup.actions import connection, grant, scratch
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
-from cleanup.guard import ScratchLocation, callback_endpoint, resolve_prefix
+from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, resolve_prefix
 from cleanup.race import Holding, holding
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
@@ -50,8 +50,10 @@ def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> 
     except PermanentError as exc:
         return Step(connection.ACTION, connection_id, detail, refusal=exc)
 
+    region = execute_api_region(endpoint)  # an execute-api endpoint is signed for its own region
+
     def run() -> tuple[ActionStatus, dict[str, Any]]:
-        return connection.close_connection(runtime.clients.management(endpoint), connection_id), {}
+        return connection.close_connection(runtime.clients.management(endpoint, region), connection_id), {}
 
     return Step(connection.ACTION, connection_id, {**detail, "endpoint": endpoint}, run=run)
 

@@ -9,7 +9,7 @@ from typing import Any
 from botocore.awsrequest import AWSResponse
 
 
-class _Raw:
+class RawBody:
     def __init__(self, body: bytes) -> None:
         self._body = body
 
@@ -40,4 +40,4 @@ class Faults:
             self.remaining -= 1
         body = json.dumps({"__type": self.code, "message": "injected"}).encode()
         headers = {"x-amzn-ErrorType": self.code, "Content-Type": "application/x-amz-json-1.1"}
-        return AWSResponse(request.url, self.status, headers, _Raw(body))
+        return AWSResponse(request.url, self.status, headers, RawBody(body))

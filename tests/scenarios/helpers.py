@@ -39,15 +39,11 @@ class ProxiedClients(Clients):
         super().__init__(settings)
         self.endpoint_url = endpoint_url
         self.operations: Counter[tuple[str, str]] = Counter()
-        self._seen: set[int] = set()
         self._count_lock = threading.Lock()
 
-    def get(self, service: str, endpoint_url: str | None = None) -> Any:
-        client = super().get(service, endpoint_url or self.endpoint_url)
-        with self._count_lock:
-            if id(client) not in self._seen:
-                self._seen.add(id(client))
-                client.meta.events.register("before-call", self._count)
+    def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+        client = super()._create(service, endpoint_url or self.endpoint_url, region)
+        client.meta.events.register("before-call", self._count)
         return client
 
     def _count(self, model: Any, **_: Any) -> None:
