@@ -20,6 +20,7 @@ from typing import Any
 import botocore.session
 from botocore.config import Config
 
+from cleanup.pacing import Pacer
 from schemas.settings import Settings
 
 MANAGEMENT_CLIENTS = 32
@@ -34,11 +35,13 @@ class Clients:
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, str | None], Any] = {}
         self._management: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+        self.pacer = Pacer(settings)
         self.config = Config(
             max_pool_connections=settings.max_concurrency + 4,
             retries={"mode": "standard", "total_max_attempts": settings.botocore_max_attempts},
-            connect_timeout=settings.http_timeout_seconds,
-            read_timeout=settings.http_timeout_seconds,
+            connect_timeout=self.pacer.connect_timeout,
+            # The pool's default; the pacer sets each request's own (by operation, and within the deadline).
+            read_timeout=max(settings.http_timeout_seconds, settings.bulk_timeout_seconds),
         )
 
     def get(self, service: str, endpoint_url: str | None = None) -> Any:
@@ -56,7 +59,9 @@ class Clients:
         """A new client (the caller holds the lock: botocore's client creation is not thread-safe)."""
         if self._session is None:
             self._session = botocore.session.get_session()
-        return self._session.create_client(service, region, endpoint_url=endpoint_url, config=self.config)
+        client = self._session.create_client(service, region, endpoint_url=endpoint_url, config=self.config)
+        self.pacer.attach(client)
+        return client
 
     @property
     def s3(self) -> Any:

@@ -5,6 +5,8 @@
     CleanupError                      anything an action or the pipeline raises on purpose
     ├── TransientError                retry with backoff; report the record failed if retries run out
     │     │ (throttling, 5xx, timeouts, connection resets, S3 per-key InternalError/SlowDown)
+    │     ├── OutOfTimeError          the deadline leaves no time for the call (or its next try): nothing is lost,
+    │     │                           the record is reported and cleaned on its next delivery
     │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: get a new one from the checkpoint
     │     └── TrimmedDataError        a stream position older than the 24 h retention: records were lost
     └── PermanentError                retrying cannot help: dead-letter it, or report it failed
@@ -52,6 +54,10 @@ class BadRecordError(PermanentError):
 
 class SessionExistsError(PermanentError):
     """A session item already holds this key; overwriting it would leave its resources uncleaned."""
+
+
+class OutOfTimeError(TransientError):
+    """The caller's deadline (a Lambda invocation's end) leaves no time to start a call, or to try it again."""
 
 
 class IteratorExpiredError(TransientError):

@@ -156,7 +156,7 @@ def _live(record: StreamRecord, runtime: Runtime, deadline: Deadline) -> Session
         )
     names = runtime.settings.attributes
     return call_with_retry(
-        lambda: live_session(runtime.clients.dynamodb, table, record.keys, names), runtime.settings, deadline
+        lambda: live_session(runtime.clients.dynamodb, table, record.keys, names, deadline), runtime.settings, deadline
     )
 
 

@@ -15,7 +15,7 @@ from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
 
-Run = Callable[[], tuple[ActionStatus, dict[str, Any]]]
+Run = Callable[[Deadline], tuple[ActionStatus, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> 
 
     region = execute_api_region(endpoint)  # an execute-api endpoint is signed for its own region
 
-    def run() -> tuple[ActionStatus, dict[str, Any]]:
-        return connection.close_connection(runtime.clients.management(endpoint, region), connection_id), {}
+    def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+        return connection.close_connection(runtime.clients.management(endpoint, region), connection_id, deadline), {}
 
     return Step(connection.ACTION, connection_id, {**detail, "endpoint": endpoint}, run=run)
 
@@ -65,8 +65,8 @@ def _grant_step(session: Session, grant_id: str, runtime: Runtime) -> Step:
         refusal = MissingConfigError("session has a grantId but no key: set KMS_KEY_ID or the item's kmsKeyId")
         return Step(grant.ACTION, grant_id, detail, refusal=refusal)
 
-    def run() -> tuple[ActionStatus, dict[str, Any]]:
-        return grant.retire_grant(runtime.clients.kms, key_id, grant_id), {}
+    def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+        return grant.retire_grant(runtime.clients.kms, key_id, grant_id, deadline), {}
 
     return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
 
@@ -77,17 +77,22 @@ def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> St
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
 
-    def run() -> tuple[ActionStatus, dict[str, Any]]:
-        counts = scratch.delete_prefix(runtime.clients.s3, where, versioned=runtime.is_versioned(where.bucket))
-        return (ActionStatus.DONE if any(counts.values()) else ActionStatus.ALREADY_DONE), counts
+    def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+        versioned = runtime.is_versioned(where.bucket, deadline)
+        deleted = scratch.delete_prefix(runtime.clients.s3, where, versioned=versioned, deadline=deadline)
+        return (ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE), {_unit(versioned): deleted}
 
-    def preview() -> tuple[ActionStatus, dict[str, Any]]:
-        versioned = runtime.is_versioned(where.bucket)
-        found = scratch.count_prefix(runtime.clients.s3, where, versioned=versioned)
-        return ActionStatus.PLANNED, {"versions" if versioned else "objects": found}
+    def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+        versioned = runtime.is_versioned(where.bucket, deadline)
+        found = scratch.count_prefix(runtime.clients.s3, where, versioned=versioned, deadline=deadline)
+        return ActionStatus.PLANNED, {_unit(versioned): found}
 
     detail = {"bucket": where.bucket, "prefix": where.prefix}
     return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
+
+
+def _unit(versioned: bool) -> str:
+    return "versions" if versioned else "objects"
 
 
 def execute(
@@ -108,7 +113,9 @@ def execute(
     if run is None:
         return ActionResult(action=step.action, status=ActionStatus.PLANNED, detail=step.detail)
     try:
-        status, counts = call_with_retry(run, runtime.settings, deadline, on_retry=_retried(runtime, step))
+        status, counts = call_with_retry(
+            lambda: run(deadline), runtime.settings, deadline, on_retry=_retried(runtime, step)
+        )
     except CleanupError as exc:
         return _failed(step, exc)
     return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})

@@ -21,12 +21,11 @@ from enum import Enum
 from typing import Any
 from urllib.parse import unquote
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from cleanup.actions import connection, grant, scratch
-from cleanup.aws_errors import translate
+from cleanup.calls import call
 from cleanup.exceptions import BadRecordError
 from cleanup.guard import ScratchLocation
+from cleanup.retry import Deadline
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.session import Session, SessionItemError
 from schemas.settings import AttributeNames
@@ -40,7 +39,9 @@ class Holding(Enum):
     UNKNOWN = "unknown"  # the live item's value cannot be compared: keep it, and report the step
 
 
-def live_session(dynamodb: Any, table: str, keys: dict[str, Any], names: AttributeNames) -> Session | None:
+def live_session(
+    dynamodb: Any, table: str, keys: dict[str, Any], names: AttributeNames, deadline: Deadline | None = None
+) -> Session | None:
     """The item now stored under ``keys``, or None if there is none.
 
     Raises:
@@ -48,16 +49,16 @@ def live_session(dynamodb: Any, table: str, keys: dict[str, Any], names: Attribu
         BadRecordError: the live item's session attributes cannot be read (nothing may then be freed).
     """
     wanted = (names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id)
-    try:
-        response = dynamodb.get_item(
-            TableName=table,
-            Key=client_keys(keys),
-            ConsistentRead=True,
-            ProjectionExpression=", ".join(f"#a{i}" for i in range(len(wanted))),
-            ExpressionAttributeNames={f"#a{i}": name for i, name in enumerate(wanted)},
-        )
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, "GetItem") from exc
+    response = call(
+        dynamodb.get_item,
+        "GetItem",
+        deadline,
+        TableName=table,
+        Key=client_keys(keys),
+        ConsistentRead=True,
+        ProjectionExpression=", ".join(f"#a{i}" for i in range(len(wanted))),
+        ExpressionAttributeNames={f"#a{i}": name for i, name in enumerate(wanted)},
+    )
     item = response.get("Item")
     if not item:
         return None

@@ -6,10 +6,17 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 from tenacity.stop import stop_base
 
-from cleanup.exceptions import TransientError
+from cleanup.exceptions import OutOfTimeError, TransientError
 from schemas.settings import Settings
 
 T = TypeVar("T")
@@ -33,6 +40,10 @@ class Deadline:
         if remaining is None:
             return cls()
         return cls.after(max(0.0, remaining() / 1000.0 - SAFETY_MARGIN_SECONDS))
+
+    def extended(self, seconds: float) -> Deadline:
+        """The same deadline ``seconds`` later (for reporting, which may use part of the margin kept for it)."""
+        return self if self.at is None else Deadline(self.at + seconds)
 
     def remaining(self) -> float:
         return float("inf") if self.at is None else self.at - time.monotonic()
@@ -61,7 +72,8 @@ def call_with_retry(
             on_retry(state.outcome.exception())  # type: ignore[arg-type]
 
     retrying = Retrying(
-        retry=retry_if_exception_type(TransientError),
+        # Out of time is transient for the record (its next delivery has time) but final for this call.
+        retry=retry_if_exception_type(TransientError) & retry_if_not_exception_type(OutOfTimeError),
         stop=stop_after_attempt(settings.retry_attempts) | _OutOfTime(deadline),
         wait=wait_random_exponential(multiplier=0.05, max=settings.retry_max_wait_seconds),
         before_sleep=before_sleep,

@@ -6,10 +6,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import translate
+from cleanup.calls import call
 from cleanup.clients import Clients
+from cleanup.retry import Deadline
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging
 from schemas.settings import Settings, Versioning
 
@@ -47,7 +46,7 @@ class Runtime:
                 self._executor = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="cleanup")
             return self._executor
 
-    def is_versioned(self, bucket: str) -> bool:
+    def is_versioned(self, bucket: str, deadline: Deadline | None = None) -> bool:
         """Whether ``bucket`` can hold versions; asked once per process unless SCRATCH_VERSIONING says."""
         mode = self.settings.scratch_versioning
         if mode is not Versioning.AUTO:
@@ -57,11 +56,8 @@ class Runtime:
             with self._bucket_lock:  # one GetBucketVersioning per bucket, however many threads ask at once
                 known = self._versioned.get(bucket)
                 if known is None:
-                    try:
-                        status = self.clients.s3.get_bucket_versioning(Bucket=bucket).get("Status")
-                    except (ClientError, BotoCoreError) as exc:
-                        raise translate(exc, "GetBucketVersioning") from exc
-                    known = self._versioned[bucket] = status in ("Enabled", "Suspended")
+                    answer = call(self.clients.s3.get_bucket_versioning, "GetBucketVersioning", deadline, Bucket=bucket)
+                    known = self._versioned[bucket] = answer.get("Status") in ("Enabled", "Suspended")
         return known
 
     def close(self) -> None:

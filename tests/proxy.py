@@ -11,6 +11,8 @@ then decides, at a per-service or per-operation rate, whether to forward it or t
 * ``reset``: the request is read and the socket closed with a TCP reset, no answer;
 * ``delay``: the request IS carried out upstream, and its answer held past the client's read timeout.
 
+``FaultPlan.latency`` slows chosen operations down without failing them (a slow dependency).
+
 Faults are answered at the wire, so the worker's real botocore client, its retries and ours are what is exercised.
 """
 
@@ -62,6 +64,8 @@ class FaultPlan:
     rates: dict[str, float] = field(default_factory=dict)
     kinds: tuple[str, ...] = KINDS
     delay_seconds: float = 1.0
+    latency: dict[str, float] = field(default_factory=dict)
+    """Seconds added to every forwarded request of ``"service:Operation"`` (a slow dependency, not a fault)."""
     injected: Counter[str] = field(default_factory=Counter)
     """Faults injected, by kind."""
     by_call: Counter[tuple[str, str, str]] = field(default_factory=Counter)
@@ -228,6 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "reset":
             self._reset()
         elif kind in (None, "delay"):
+            time.sleep(proxy.plan.latency.get(f"{call.service}:{call.operation}", 0.0))
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
             status, upstream_headers, answer = proxy.forward(self.command, self.path, headers, body)
             if kind == "delay":

@@ -17,7 +17,7 @@ from cleanup.runtime import Runtime
 from cleanup.stream_reader import raw_get_records
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.settings import Settings
-from worker.local.backend import LocalAws, create_session_table
+from worker.local.backend import DEFAULT_ACCOUNT_ID, LocalAws, create_session_table
 
 REGION = "us-east-1"
 
@@ -112,6 +112,15 @@ class SessionStack:
         item.update(extra or {})
         self.put_item(item)
         return item
+
+    def put_objects(self, keys: list[str], bucket: str | None = None) -> None:
+        """Many scratch objects at once, written straight into moto's in-process S3 (set-up only: the worker still
+        lists and deletes them over HTTP). A versioned bucket gets a new version per put."""
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        for key in keys:
+            backend.put_object(bucket or self.bucket, key, b"scratch")
 
     def put_item(self, item: dict[str, Any]) -> None:
         self.ddb.put_item(TableName=self.table, Item=to_av(item))

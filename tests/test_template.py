@@ -32,7 +32,8 @@ TEMPLATE = ROOT / "deploy" / "template.yaml"
 EXAMPLE_TABLE = ROOT / "deploy" / "session-table.yaml"
 PACKAGES = ("cleanup", "schemas", "worker")
 
-# boto3 method -> the IAM actions it needs. DeleteObjects checks DeleteObject (and DeleteObjectVersion for versions);
+# boto3 method -> the IAM actions it needs. DeleteObjects and DeleteObject check DeleteObject (and DeleteObjectVersion
+# for versions);
 # SendMessageBatch checks sqs:SendMessage; the Management API's DeleteConnection is execute-api:ManageConnections.
 IAM_ACTIONS: dict[str, set[str]] = {
     "get_item": {"dynamodb:GetItem"},
@@ -41,6 +42,7 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "list_objects_v2": {"s3:ListBucket"},
     "list_object_versions": {"s3:ListBucketVersions"},
     "delete_objects": {"s3:DeleteObject", "s3:DeleteObjectVersion"},
+    "delete_object": {"s3:DeleteObject", "s3:DeleteObjectVersion"},
     "get_bucket_versioning": {"s3:GetBucketVersioning"},
     "retire_grant": {"kms:RetireGrant"},
     "delete_connection": {"execute-api:ManageConnections"},

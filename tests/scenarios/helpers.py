@@ -9,6 +9,7 @@ must remain.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -93,6 +94,7 @@ class World:
             "ws_callback_url": f"{self.gateway_proxy.url}/{self.gateway.stage}",
             "botocore_max_attempts": 1,  # our retries, not botocore's 0.5 s-based backoff, meet the faults
             "http_timeout_seconds": HTTP_TIMEOUT,
+            "bulk_timeout_seconds": HTTP_TIMEOUT,  # so that a delayed answer times out, listings and deletes included
             "retry_attempts": 4,
             "retry_max_wait_seconds": 0.05,
             **overrides,
@@ -192,6 +194,16 @@ def assert_final_state(world: World, *, deleted: list[Made], live: list[Made], k
     for made in live:
         if made.socket is not None:
             assert not made.socket.closed and world.gateway.is_open(made.socket.connection_id)
+
+
+class LambdaContext:
+    """An invocation's context: ``get_remaining_time_in_millis`` counts down from ``seconds`` in real time."""
+
+    def __init__(self, seconds: float) -> None:
+        self.ends_at = time.monotonic() + seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self.ends_at - time.monotonic()) * 1000)
 
 
 @dataclass

@@ -1,0 +1,164 @@
+"""Pacing every AWS request: bounded by the caller's deadline, timed out per operation, and backing off under load.
+
+Hooked into each botocore client (``Pacer.attach``), so every HTTP attempt passes through it, botocore's own retries
+included:
+
+* **Deadline.** ``calls.call`` binds the caller's deadline for the duration of a call. An attempt starts only when
+  there is time for a connection and a minimal read; its read timeout is cut to the time left after a connection
+  (whose own timeout is at most CONNECT_TIMEOUT_SECONDS); and when a failed
+  attempt leaves too little time for botocore's backoff and another try, the call ends there (``OutOfTimeError``,
+  transient) instead of sleeping past the deadline. No request can outlive a Lambda invocation.
+* **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
+  bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, GetItem, ...) gets
+  HTTP_TIMEOUT_SECONDS.
+* **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
+  thread and client of the process. A timeout or a throttling answer halves the limit (once per round of attempts
+  in flight, additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up
+  to MAX_CONCURRENCY. A slow or throttling dependency thus slows the worker down instead of failing its records.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from contextvars import ContextVar
+from typing import Any
+
+from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+from cleanup.aws_errors import THROTTLING_CODES
+from cleanup.exceptions import OutOfTimeError
+from schemas.settings import Settings
+
+BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
+CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a slow connect is retried (botocore)
+MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
+BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
+RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carries x-amz-retry-after
+_SLOT = "cleanup.pacing.slot"
+
+deadline_var: ContextVar[Any] = ContextVar("cleanup_deadline", default=None)
+"""The deadline of the call in progress on this thread (a ``cleanup.retry.Deadline``), bound by ``calls.call``."""
+
+
+class Gate:
+    """Adaptive concurrency for one service: additive increase, multiplicative decrease."""
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = ceiling
+        self.limit = ceiling
+        self.in_flight = 0
+        self.round = 0  # bumped at each decrease: trouble from attempts of an earlier round is not counted twice
+        self._successes = 0
+        self._condition = threading.Condition()
+
+    def acquire(self, timeout: float | None) -> int | None:
+        """Wait for a slot (at most ``timeout`` seconds, None: as long as it takes); the round it was taken in, or
+        None if none came free in time."""
+        with self._condition:
+            wait = None if timeout is None else max(0.0, timeout)
+            if not self._condition.wait_for(lambda: self.in_flight < self.limit, timeout=wait):
+                return None
+            self.in_flight += 1
+            return self.round
+
+    def release(self, taken_in: int, *, trouble: bool, success: bool) -> None:
+        """Give a slot back, saying how its attempt went."""
+        with self._condition:
+            self.in_flight -= 1
+            if trouble and taken_in == self.round:
+                self.limit = max(1, self.limit // 2)
+                self.round += 1
+                self._successes = 0
+            elif success and self.limit < self.ceiling:
+                self._successes += 1
+                if self._successes >= self.limit:
+                    self.limit += 1
+                    self._successes = 0
+            self._condition.notify_all()
+
+
+class Pacer:
+    """The process's gates and timeouts, attached to every client it makes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.connect_timeout = min(CONNECT_TIMEOUT_SECONDS, settings.http_timeout_seconds)
+        self.short_timeout = settings.http_timeout_seconds
+        self.bulk_timeout = settings.bulk_timeout_seconds
+        self._ceiling = settings.max_concurrency
+        self._gates: dict[str, Gate] = {}
+        self._lock = threading.Lock()
+
+    def gate(self, service: str) -> Gate:
+        with self._lock:
+            gate = self._gates.get(service)
+            if gate is None:
+                gate = self._gates[service] = Gate(self._ceiling)
+            return gate
+
+    def attach(self, client: Any) -> None:
+        """Pace every request ``client`` sends."""
+        client.meta.events.register("before-send", self._before_send)
+        client.meta.events.register_first("needs-retry", self._after_attempt)
+
+    def _before_send(self, request: Any, event_name: str, **_: Any) -> None:
+        service, operation = event_name.split(".")[1:3]
+        deadline = deadline_var.get()
+        remaining = math.inf if deadline is None else deadline.remaining()
+        spare = remaining - self.connect_timeout - MIN_READ_SECONDS
+        if spare <= 0:
+            raise OutOfTimeError(f"{operation}: not started, {max(0.0, remaining):.2f} s left before the deadline")
+        gate = self.gate(service)
+        started = time.monotonic()
+        taken_in = gate.acquire(None if math.isinf(spare) else spare)
+        if taken_in is None:
+            raise OutOfTimeError(f"{operation}: no {service} capacity came free before the deadline")
+        request.context[_SLOT] = (gate, taken_in)
+        limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
+        request.context["read_timeout"] = min(limit, remaining - (time.monotonic() - started) - self.connect_timeout)
+
+    def _after_attempt(
+        self, response: Any, attempts: int, caught_exception: Any, request_dict: dict[str, Any], **kwargs: Any
+    ) -> None:
+        if isinstance(caught_exception, OutOfTimeError):
+            raise caught_exception  # raised by _before_send: nothing was sent
+        slot = request_dict.get("context", {}).pop(_SLOT, None)
+        trouble = _timed_out(caught_exception) or _throttled(response)
+        failed = caught_exception is not None or _status(response) >= 400
+        if slot is not None:
+            gate, taken_in = slot
+            gate.release(taken_in, trouble=trouble, success=not failed)
+        deadline = deadline_var.get()
+        if failed and deadline is not None:
+            backoff = min(2.0 ** (attempts - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + _retry_after(response)
+            if deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:
+                operation = kwargs["event_name"].rsplit(".", 1)[-1]
+                why = caught_exception or _error_code(response) or _status(response)
+                raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
+
+
+def _status(response: Any) -> int:
+    if not response:
+        return 0
+    return int(getattr(response[0], "status_code", 0) or 0)
+
+
+def _error_code(response: Any) -> str:
+    if not response:
+        return ""
+    return str(response[1].get("Error", {}).get("Code", ""))
+
+
+def _retry_after(response: Any) -> float:
+    if response and "x-amz-retry-after" in response[0].headers:
+        return RETRY_AFTER_MAX_SECONDS
+    return 0.0
+
+
+def _timed_out(exc: Any) -> bool:
+    return isinstance(exc, ReadTimeoutError | ConnectTimeoutError)
+
+
+def _throttled(response: Any) -> bool:
+    return _status(response) in (429, 503) or _error_code(response) in THROTTLING_CODES

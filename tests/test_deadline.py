@@ -1,0 +1,61 @@
+"""The Lambda deadline: a big prefix behind slow listings stops between pages, keeps its progress, and the handler
+answers before the invocation's end; the next delivery finishes the job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cleanup.runtime import Runtime
+from cleanup.telemetry import Metrics, MetricsSink
+from tests.proxy import FaultPlan, FaultProxy
+from tests.scenarios.helpers import LambdaContext, ProxiedClients
+from tests.stack import SessionStack
+from worker import lambda_handler
+
+OBJECTS = 8_000
+SLOW_LISTING_SECONDS = 0.5
+
+
+@pytest.fixture
+def slow_listings(aws) -> Iterator[FaultProxy]:
+    plan = FaultPlan(rate=0.0, latency={"s3:ListObjectsV2": SLOW_LISTING_SECONDS})
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        yield proxy
+
+
+def invoke(stack: SessionStack, proxy: FaultProxy, event: dict, seconds: float) -> tuple[dict, LambdaContext]:
+    settings = stack.settings()
+    runtime = Runtime(settings, ProxiedClients(settings, proxy.url), Metrics(settings, MetricsSink("off")))
+    context = LambdaContext(seconds)
+    lambda_handler._runtime = runtime
+    try:
+        return lambda_handler.handler(event, context), context
+    finally:
+        lambda_handler._runtime = None
+        runtime.close()
+
+
+def test_a_big_prefix_behind_slow_pages_answers_before_the_deadline_and_keeps_its_progress(
+    stack: SessionStack, slow_listings: FaultProxy
+) -> None:
+    prefix = "sessions/t1/big/"
+    stack.put_objects([f"{prefix}part-{n:05d}" for n in range(OBJECTS)])
+    neighbour = stack.put_session("big-neighbour", objects=2, grant=False)
+    stack.put_item({"pk": "session#big", "sk": "meta", "tenantId": "t1", "scratchPrefix": prefix})
+    stack.delete("big")
+    event = stack.lambda_event()
+    remove = event["Records"][-1]["dynamodb"]["SequenceNumber"]
+
+    answer, context = invoke(stack, slow_listings, event, seconds=3.0)
+
+    assert context.get_remaining_time_in_millis() > 0, "answered after the invocation's end"
+    assert answer == {"batchItemFailures": [{"itemIdentifier": remove}]}  # transient: reported, not dead-lettered
+    assert 0 < len(stack.objects(prefix)) < OBJECTS  # stopped between pages, what it deleted stays deleted
+
+    again, _ = invoke(stack, slow_listings, event, seconds=60.0)
+
+    assert again == {"batchItemFailures": []}
+    assert stack.objects(prefix) == []
+    assert len(stack.objects(neighbour["scratchPrefix"])) == 2
