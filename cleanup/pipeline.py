@@ -43,12 +43,13 @@ def run_batch(
             A permanent failure is then dead-lettered only on its MAX_RECORD_ATTEMPTS-th try, since a grant or a
             socket endpoint may come back; without it (Lambda, whose own retries come later) at once.
     """
-    outcomes = process_batch(records, runtime, deadline or Deadline())
+    deadline = deadline or Deadline()
+    outcomes = process_batch(records, runtime, deadline)
     due = None
     if attempts is not None:
         limit = runtime.settings.max_record_attempts
         due = {number for number, tries in attempts.items() if tries >= limit}
-    outcomes = dead_letter(outcomes, records, runtime, only=due)
+    outcomes = dead_letter(outcomes, records, runtime, only=due, deadline=deadline)
     log_outcomes(outcomes)
     runtime.metrics.record_outcomes(outcomes)
     runtime.metrics.flush()

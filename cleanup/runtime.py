@@ -1,4 +1,4 @@
-"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket facts."""
+"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket and queue facts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from cleanup.aws_errors import translate
 from cleanup.clients import Clients
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging
 from schemas.settings import Settings, Versioning
+
+# SQS's bounds of a queue's MaximumMessageSize, in bytes.
+SQS_MESSAGE_BYTES = (1_024, 1_048_576)
 
 
 class Runtime:
@@ -37,6 +40,8 @@ class Runtime:
         self._lock = threading.Lock()
         self._bucket_lock = threading.Lock()
         self._versioned: dict[str, bool] = {}
+        self._queue_lock = threading.Lock()
+        self._message_limits: dict[str, int] = {}
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -63,6 +68,29 @@ class Runtime:
                         raise translate(exc, "GetBucketVersioning") from exc
                     known = self._versioned[bucket] = status in ("Enabled", "Suspended")
         return known
+
+    def message_limit(self, queue_url: str) -> int:
+        """The largest message ``queue_url`` accepts, in bytes: its MaximumMessageSize, asked once per process.
+
+        Raises:
+            TransientError / PermanentError: the attribute could not be read (nothing is cached then).
+        """
+        known = self._message_limits.get(queue_url)
+        if known is None:
+            with self._queue_lock:  # one GetQueueAttributes, however many threads ask at once
+                known = self._message_limits.get(queue_url)
+                if known is None:
+                    known = self._message_limits[queue_url] = self._ask_message_limit(queue_url)
+        return known
+
+    def _ask_message_limit(self, queue_url: str) -> int:
+        try:
+            answer = self.clients.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["MaximumMessageSize"])
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, "GetQueueAttributes") from exc
+        low, high = SQS_MESSAGE_BYTES
+        size = str(answer.get("Attributes", {}).get("MaximumMessageSize", ""))
+        return min(max(int(size), low), high) if size.isdigit() else low
 
     def close(self) -> None:
         with self._lock:
