@@ -7,11 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
 
 from cleanup.aws_errors import translate
 from cleanup.clients import Clients
-from cleanup.telemetry import Metrics, MetricsSink, configure_logging
-from schemas.settings import Settings, Versioning
+from cleanup.exceptions import ConfigurationError
+from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
+from schemas.settings import Settings, Versioning, configuration_problems
 
 # SQS's bounds of a queue's MaximumMessageSize, in bytes.
 SQS_MESSAGE_BYTES = (1_024, 1_048_576)
@@ -32,6 +34,24 @@ class Runtime:
             settings = settings.model_copy(update=overrides)
         configure_logging(settings)
         return cls(settings)
+
+    @classmethod
+    def for_lambda(cls) -> Runtime:
+        """``from_env`` for a Lambda handler: invalid settings fail the invocation with one clear line.
+
+        The line is a JSON log record on the handler's log stream (level ERROR, ``variables`` naming each bad
+        environment variable and why), and the error raised carries the same single line, not pydantic's dump.
+
+        Raises:
+            ConfigurationError: a setting in the environment is invalid.
+        """
+        try:
+            return cls.from_env()
+        except ValidationError as exc:
+            error = configuration_error(exc)
+        configure_logging(Settings.model_construct())  # the defaults: the environment's settings are what failed
+        log.error(str(error), extra={"variables": error.problems})
+        raise error
 
     def __init__(self, settings: Settings, clients: Clients | None = None, metrics: Metrics | None = None) -> None:
         self.settings = settings
@@ -97,3 +117,8 @@ class Runtime:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+
+
+def configuration_error(exc: ValidationError) -> ConfigurationError:
+    """The settings' validation error as one line naming each bad environment variable and why."""
+    return ConfigurationError(configuration_problems(exc))

@@ -10,10 +10,13 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from typing import ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
+METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
 # Characters S3 keys and IAM resource ARNs take as they are: no IAM wildcard ('*', '?'), no space, no '%'.
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9/!_.'()-]+")
 
@@ -183,6 +186,29 @@ class Settings(BaseSettings):
                 raise ValueError(f"{overlap}: {DEAD_LETTER_OVERLAP_FIX}")
         return prefix
 
+    @field_validator("metrics_destination")
+    @classmethod
+    def _metrics_destination_is_known(cls, destination: str) -> str:
+        if destination in METRICS_STREAMS:
+            return destination
+        url = urlsplit(destination)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme not in ("tcp", "udp") or not url.hostname or not port:
+            raise ValueError(
+                f"METRICS_DESTINATION must be stdout, stderr, off, auto or tcp/udp://host:port: {destination!r}"
+            )
+        return destination
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level_is_known(cls, level: str) -> str:
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(f"LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL: {level!r}")
+        return level
+
     @property
     def dead_letter_store(self) -> str | None:
         """The bucket of records too large for a dead-letter message: DEAD_LETTER_BUCKET, else SCRATCH_BUCKET."""
@@ -215,3 +241,34 @@ def dead_letter_overlap(
         f"DEAD_LETTER_PREFIX {dead_letter_prefix!r} overlaps SCRATCH_ROOT {scratch_root!r} in the scratch bucket "
         f"{scratch_bucket!r}, where the worker deletes"
     )
+
+
+def configuration_problems(error: ValidationError) -> dict[str, str]:
+    """Each invalid setting's environment variable (upper-case) and why, one short line each."""
+    problems: dict[str, str] = {}
+    for item in error.errors(include_url=False):
+        name = _variable(item["loc"], error.title)
+        why = str(item["msg"]).removeprefix("Value error, ").removeprefix(f"{name} ")
+        if item["type"] != "value_error":  # pydantic's own: "Input should be ..."; ours already quote the value
+            field = next((part for part in reversed(item["loc"]) if isinstance(part, str)), "value")
+            why = f"{why.replace('Input ', f'{field} ', 1)} (got {_short(item.get('input'))})"
+        problems[name] = f"{problems[name]}; {why}" if name in problems else why
+    return {name: " ".join(why.split()) for name, why in problems.items()}
+
+
+def _variable(loc: tuple[int | str, ...], model: str) -> str:
+    """The environment variable a validation error's location stands for."""
+    fields = [part for part in loc if isinstance(part, str)]
+    if fields[:1] == ["attributes"] or model == AttributeNames.__name__:
+        fields = [name for name in fields if name != "attributes"]
+        return f"ATTR_{fields[0].upper()}" if fields else "ATTR_*"
+    if not fields:
+        return "SETTINGS"
+    field = Settings.model_fields.get(fields[0])
+    alias = field.validation_alias if field else None
+    return str(alias.choices[0] if isinstance(alias, AliasChoices) else fields[0]).upper()
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
