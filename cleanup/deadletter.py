@@ -2,23 +2,38 @@
 
 A record is only taken off the failure list once SQS has accepted it; if the send fails the record stays failed and
 is reported, so it is retried instead of lost.
+
+Sizes: a message may be as large as the queue's MaximumMessageSize (asked once per process), and one
+SendMessageBatch carries at most 10 messages and 1 MiB in all, so batches are made by bytes. A body is ASCII JSON
+(non-ASCII escaped, so always valid SQS text), and its size is its UTF-8 length. A record whose message would be
+too large (escaping can triple an item's 400 KB) is stored as an S3 object under DEAD_LETTER_PREFIX in
+DEAD_LETTER_BUCKET (the claim-check pattern): the object holds the whole message, and the message sent carries
+``recordObject`` (bucket, key, version) in place of the record, with every other field.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Collection, Sequence
+import uuid
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
+from cleanup.calls import call
+from cleanup.exceptions import CleanupError
+from cleanup.retry import Deadline, call_with_retry
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import StreamRecord, UnreadableRecord
 
 SQS_BATCH = 10
+SQS_BATCH_BYTES = 1_048_576  # SendMessageBatch: the sum of its messages' sizes
 MESSAGE_FORMAT = "session-cleanup.dead-letter.v1"
+SHORT_ERROR = 1_000  # characters of the error a message keeps when its whole error is in the object
+OBJECT_KEY = r"[0-9]{4}/[0-9]{2}/[0-9]{2}/(?:[0-9]{1,64}|unknown)-[0-9a-f]{32}\.json"
+_SEQUENCE_NUMBER = re.compile(r"[0-9]{1,64}")
 
 
 def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> str:
@@ -44,34 +59,194 @@ def dead_letter(
     records: Sequence[StreamRecord | UnreadableRecord],
     runtime: Any,
     only: Collection[str] | None = None,
+    *,
+    deadline: Deadline | None = None,
 ) -> list[Outcome]:
     """Send permanent failures to DEAD_LETTER_QUEUE_URL (when set); returns outcomes marked ``dead_lettered``.
 
-    ``only`` limits it to those sequence numbers (the records whose tries are used up).
+    ``only`` limits it to those sequence numbers (the records whose tries are used up). Once ``deadline`` has
+    passed no further call is made: the records not sent yet stay failed and are reported.
     """
     queue = runtime.settings.dead_letter_queue_url
-    if not queue:
-        return outcomes
     pending = [
         i
         for i, outcome in enumerate(outcomes)
         if outcome.failed and outcome.permanent and (only is None or outcome.sequence_number in only)
     ]
+    if not queue or not pending:
+        return outcomes
+    deadline = deadline or Deadline()
+    try:
+        limit = runtime.message_limit(queue, deadline)
+    except CleanupError as exc:
+        log.error("dead-letter queue's message size unknown; the records stay failed", extra={"error": str(exc)})
+        return outcomes
+    letters = _letters(pending, outcomes, records, runtime, limit, deadline)
     result = list(outcomes)
-    for start in range(0, len(pending), SQS_BATCH):
-        chunk = pending[start : start + SQS_BATCH]
-        entries = [{"Id": str(i), "MessageBody": message_body(outcomes[i], records[i])} for i in chunk]
-        for index in _send(runtime.clients.sqs, queue, entries):
+    for batch in batches(letters):
+        if _out_of_time(deadline, batch):
+            break
+        for index in _send(runtime.clients.sqs, queue, batch, deadline):
             result[index] = outcomes[index].model_copy(update={"dead_lettered": True})
     return result
 
 
-def _send(sqs: Any, queue: str, entries: list[dict[str, str]]) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """One message to send: the record's index in the batch, the body, and the object holding it if it is stored."""
+
+    index: int
+    body: str
+    stored: str | None = None
+
+    @property
+    def size(self) -> int:
+        return message_size(self.body)
+
+
+def message_size(body: str) -> int:
+    """What SQS counts: the body's UTF-8 bytes (the same as its length, since bodies are ASCII JSON)."""
+    return len(body.encode("utf-8"))
+
+
+def batches(letters: Sequence[Letter]) -> Iterator[list[Letter]]:
+    """The letters in SendMessageBatch requests, in order: at most 10 messages and 1 MiB each."""
+    batch: list[Letter] = []
+    total = 0
+    for letter in letters:
+        if batch and (len(batch) == SQS_BATCH or total + letter.size > SQS_BATCH_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(letter)
+        total += letter.size
+    if batch:
+        yield batch
+
+
+def _letters(
+    pending: list[int],
+    outcomes: list[Outcome],
+    records: Sequence[StreamRecord | UnreadableRecord],
+    runtime: Any,
+    limit: int,
+    deadline: Deadline,
+) -> list[Letter]:
+    letters = []
+    for index in pending:
+        body = message_body(outcomes[index], records[index])
+        if message_size(body) <= limit:
+            letters.append(Letter(index, body))
+        elif deadline.remaining() <= 0:
+            log.error("out of time to store a dead-letter record; it stays failed", extra=_about(outcomes[index]))
+        else:
+            letter = _stored_letter(index, body, runtime, limit, deadline)
+            if letter is not None:
+                letters.append(letter)
+    return letters
+
+
+def _stored_letter(index: int, body: str, runtime: Any, limit: int, deadline: Deadline) -> Letter | None:
+    """Store the whole message in S3 and return the message that names it (None: the record stays failed)."""
+    message = json.loads(body)
+    settings = runtime.settings
+    about = {"sequenceNumber": message.get("sequenceNumber"), "bytes": message_size(body), "limit": limit}
+    bucket = settings.dead_letter_store
+    if not bucket:
+        log.error("record too large for a dead-letter message and no DEAD_LETTER_BUCKET to store it", extra=about)
+        return None
+    key = object_key(settings.dead_letter_prefix, str(message.get("sequenceNumber")))
     try:
-        response = sqs.send_message_batch(QueueUrl=queue, Entries=entries)
-    except (ClientError, BotoCoreError) as exc:
-        log.error("dead-letter queue send failed; the records stay failed", extra={"error": str(exc)})
+        location = call_with_retry(lambda: _put(runtime.clients.s3, bucket, key, body, deadline), settings, deadline)
+    except CleanupError as exc:
+        log.error("could not store a dead-letter record; it stays failed", extra={**about, "error": str(exc)})
+        return None
+    pointer = pointer_body(message, location, limit)
+    if pointer is None:
+        log.error("even the message naming a stored record is too large; it stays failed", extra=about)
+        return None
+    log.info("record too large for a message: stored for the dead-letter queue", extra={**about, **location})
+    return Letter(index, pointer, stored=key)
+
+
+def object_key(prefix: str, sequence_number: str, now: float | None = None) -> str:
+    """A new object's key: the prefix, the day, the sequence number (when it is digits) and a random id.
+
+    Nothing a record supplies goes into a key as it is: a sequence number that is not all digits is left out.
+    """
+    day = time.strftime("%Y/%m/%d", time.gmtime(time.time() if now is None else now))
+    number = sequence_number if _SEQUENCE_NUMBER.fullmatch(sequence_number) else "unknown"
+    return f"{prefix}{day}/{number}-{uuid.uuid4().hex}.json"
+
+
+def is_object_key(key: str, prefix: str) -> bool:
+    """Whether ``key`` is one ``object_key`` makes under ``prefix`` (a message's location is checked with it)."""
+    return re.fullmatch(re.escape(prefix) + OBJECT_KEY, key) is not None
+
+
+def pointer_body(message: dict[str, Any], location: dict[str, str], limit: int) -> str | None:
+    """The message naming the stored record: every field but the record, and ``recordObject``.
+
+    When that is still over ``limit`` (an error quoting a huge item attribute), the error is shortened and the actions
+    cut to their names and statuses, with ``truncated``: both are whole in the object. None if even that is too large.
+    """
+    pointer = {name: value for name, value in message.items() if name != "record"}
+    pointer["recordObject"] = location
+    body = json.dumps(pointer, default=str)
+    if message_size(body) <= limit:
+        return body
+    error = pointer.get("error")
+    if isinstance(error, str) and len(error) > SHORT_ERROR:
+        pointer["error"] = error[:SHORT_ERROR] + "..."
+    pointer["actions"] = [
+        {name: action.get(name) for name in ("action", "status", "permanent")}
+        for action in pointer.get("actions") or []
+        if isinstance(action, dict)
+    ]
+    pointer["truncated"] = True
+    body = json.dumps(pointer, default=str)
+    return body if message_size(body) <= limit else None
+
+
+def _put(s3: Any, bucket: str, key: str, body: str, deadline: Deadline) -> dict[str, str]:
+    data = body.encode("utf-8")
+    answer = call(
+        s3.put_object, "PutObject", deadline, Bucket=bucket, Key=key, Body=data, ContentType="application/json"
+    )
+    location = {"bucket": bucket, "key": key}
+    if answer.get("VersionId") and answer["VersionId"] != "null":
+        location["versionId"] = str(answer["VersionId"])  # a versioned bucket: redrive deletes this very version
+    return location
+
+
+def _out_of_time(deadline: Deadline, batch: list[Letter]) -> bool:
+    if deadline.remaining() > 0:
+        return False
+    stored = [letter.stored for letter in batch if letter.stored]
+    log.error(
+        "out of time to send to the dead-letter queue; the records stay failed",
+        extra={"records": len(batch), "storedObjects": stored},
+    )
+    return True
+
+
+def _about(outcome: Outcome) -> dict[str, Any]:
+    return {"sequenceNumber": outcome.sequence_number}
+
+
+def _send(sqs: Any, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
+    entries = [{"Id": str(letter.index), "MessageBody": letter.body} for letter in batch]
+    stored = {str(letter.index): letter.stored for letter in batch if letter.stored}
+    try:
+        response = call(sqs.send_message_batch, "SendMessageBatch", deadline, QueueUrl=queue, Entries=entries)
+    except CleanupError as exc:
+        log.error(
+            "dead-letter queue send failed; the records stay failed",
+            extra={"error": str(exc), "storedObjects": list(stored.values())},
+        )
         return []
     for failure in response.get("Failed", []):
-        log.error("dead-letter queue refused a record; it stays failed", extra={"error": failure.get("Message")})
+        log.error(
+            "dead-letter queue refused a record; it stays failed",
+            extra={"error": failure.get("Message"), "storedObject": stored.get(str(failure.get("Id")))},
+        )
     return [int(entry["Id"]) for entry in response.get("Successful", [])]

@@ -16,6 +16,7 @@
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
           └── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
     LeaseLostError                    another consumer owns the stream now: stop reading and checkpointing at once
+    ConfigurationError                a setting in the environment is invalid: nothing runs until it is fixed
 
 "Already done" is not an error: a 410 GoneException, a grant that is not found, or an empty prefix are successes,
 returned as ``ActionStatus.ALREADY_DONE`` by the action itself.
@@ -70,3 +71,14 @@ class TrimmedDataError(TransientError):
 
 class LeaseLostError(Exception):
     """The consumer lease of a stream is held by another consumer (not a record's error: it stops the consumer)."""
+
+
+class ConfigurationError(Exception):
+    """Invalid settings in the environment (not a record's error: the process cannot start).
+
+    ``problems`` maps each bad environment variable to why; ``str()`` is one line naming them all.
+    """
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        self.problems = dict(problems)
+        super().__init__("configuration error: " + "; ".join(f"{name}: {why}" for name, why in self.problems.items()))

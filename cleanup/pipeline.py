@@ -15,7 +15,7 @@ from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.plan import execute, plan
 from cleanup.race import live_session
-from cleanup.retry import Deadline, call_with_retry
+from cleanup.retry import SAFETY_MARGIN_SECONDS, Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
 from schemas.outcomes import ActionResult, Outcome, Status
@@ -43,12 +43,14 @@ def run_batch(
             A permanent failure is then dead-lettered only on its MAX_RECORD_ATTEMPTS-th try, since a grant or a
             socket endpoint may come back; without it (Lambda, whose own retries come later) at once.
     """
-    outcomes = process_batch(records, runtime, deadline or Deadline())
+    deadline = deadline or Deadline()
+    outcomes = process_batch(records, runtime, deadline)
     due = None
     if attempts is not None:
         limit = runtime.settings.max_record_attempts
         due = {number for number, tries in attempts.items() if tries >= limit}
-    outcomes = dead_letter(outcomes, records, runtime, only=due)
+    # Reporting may use half the margin the deadline keeps before the invocation's end: the rest is for answering.
+    outcomes = dead_letter(outcomes, records, runtime, only=due, deadline=deadline.extended(SAFETY_MARGIN_SECONDS / 2))
     log_outcomes(outcomes)
     runtime.metrics.record_outcomes(outcomes)
     runtime.metrics.flush()

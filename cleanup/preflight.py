@@ -1,7 +1,8 @@
 """Preflight: does the account hold what the worker's settings say it will find?
 
 Each check reads one thing (DescribeTable, DescribeTimeToLive, HeadBucket, GetBucketLifecycleConfiguration,
-DescribeKey) and says passed or failed, with the fix for a failure. Checks never change anything.
+DescribeKey) and says passed or failed, with the fix for a failure. Checks never change anything. A check that does
+not apply (the dead-letter store, with no dead-letter queue and nothing wrong) says nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code
+from schemas.settings import DEAD_LETTER_OVERLAP_FIX, dead_letter_overlap
 
 OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
 TTL_ON = ("ENABLED", "ENABLING")
@@ -29,6 +31,9 @@ class Target:
     scratch_root: str
     kms_key_id: str | None
     callback_url: str | None
+    dead_letter_queue_url: str | None = None
+    dead_letter_bucket: str | None = None
+    dead_letter_prefix: str = "dead-letter/"
 
 
 @dataclass(frozen=True)
@@ -41,18 +46,20 @@ class CheckResult:
     fix: str = ""
 
 
-Check = Callable[[Any, Target], CheckResult]
+Check = Callable[[Any, Target], CheckResult | None]
 
 
 def run_checks(clients: Any, target: Target) -> list[CheckResult]:
-    """Every check, in order; a check that cannot reach AWS fails with the error instead of stopping the rest."""
+    """Every check that applies, in order; one that cannot reach AWS fails with the error and the rest go on."""
     results = []
     for check in CHECKS:
         try:
-            results.append(check(clients, target))
+            result = check(clients, target)
         except (ClientError, BotoCoreError) as exc:
             name = check.__name__.removeprefix("check_")
-            results.append(CheckResult(name, False, f"could not check: {exc}", "check credentials and permissions"))
+            result = CheckResult(name, False, f"could not check: {exc}", "check credentials and permissions")
+        if result is not None:
+            results.append(result)
     return results
 
 
@@ -177,6 +184,27 @@ def check_callback(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, target.callback_url)
 
 
+def check_dead_letter_store(clients: Any, target: Target) -> CheckResult | None:
+    """Records too large for a dead-letter message go to a bucket that exists, outside the scratch root.
+
+    Only said when a dead-letter queue is set or the prefix overlaps the root (the worker refuses to start then).
+    """
+    name = "dead-letter objects outside the scratch root"
+    overlap = dead_letter_overlap(
+        target.bucket, target.scratch_root, target.dead_letter_bucket, target.dead_letter_prefix
+    )
+    if overlap:
+        return CheckResult(name, False, overlap, DEAD_LETTER_OVERLAP_FIX)
+    if not target.dead_letter_queue_url:
+        return None
+    bucket = target.dead_letter_bucket or target.bucket
+    if not bucket:
+        return CheckResult(name, False, "no bucket for them", "set DEAD_LETTER_BUCKET (or SCRATCH_BUCKET)")
+    if bucket != target.bucket and not _bucket_exists(clients, bucket):
+        return CheckResult(name, False, f"{bucket} not found or not accessible", "create it, or fix DEAD_LETTER_BUCKET")
+    return CheckResult(name, True, f"s3://{bucket}/{target.dead_letter_prefix}")
+
+
 CHECKS: tuple[Check, ...] = (
     check_table,
     check_ttl,
@@ -185,6 +213,7 @@ CHECKS: tuple[Check, ...] = (
     check_lifecycle,
     check_key,
     check_callback,
+    check_dead_letter_store,
 )
 
 

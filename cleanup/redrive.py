@@ -6,9 +6,13 @@ Two kinds of message name records to redo:
   batch size). It carries no records: the range is read again from the stream (AT_SEQUENCE_NUMBER, then GetRecords
   until past the last sequence number, compared as integers). Records the stream no longer holds (trimmed after
   24 hours, or the stream deleted) are reported lost, by sequence number;
-* this worker's own dead-letter message (``cleanup.deadletter``), which carries the whole record.
+* this worker's own dead-letter message (``cleanup.deadletter``), which carries the whole record, or, when the record
+  was too large for a message, names the S3 object holding it (``recordObject``). That object is read back
+  (GetObject), only from DEAD_LETTER_BUCKET under DEAD_LETTER_PREFIX and only by a key the worker makes, and deleted
+  once its record is clean; a missing object keeps the message.
 
-A message may be deleted only when ``MessageResult.clean``: every record in it cleaned or skipped, none lost.
+A message may be deleted only when ``MessageResult.clean``: every record in it cleaned or skipped, none lost, and
+its stored object (if any) deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code, translate
+from cleanup.claim_check import StoredRecord, delete_stored, read_stored
 from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.pipeline import Incoming, run_batch
@@ -73,25 +78,39 @@ class MessageResult:
 
 
 def redrive(body: str, runtime: Runtime) -> MessageResult:
-    """Clean the records one message names. Never raises for a bad message: it is reported and kept."""
+    """Clean the records one message names. Never raises for a bad message: it is reported and kept.
+
+    A record read from a stored object is cleaned first; the object is deleted only then, and only if it is clean.
+    """
     try:
         message = parse_message(body)
     except MessageFormatError as exc:
         return MessageResult("unknown", error=str(exc))
-    if isinstance(message, BatchRange):
-        try:
-            records, lost, missing = read_range(runtime.clients.get("dynamodbstreams"), message)
-        except CleanupError as exc:
-            return MessageResult("on-failure", error=str(exc))
-        result = MessageResult("on-failure", lost=lost, missing=missing)
-    else:
-        records, result = [message], MessageResult("dead-letter")
+    kind = "on-failure" if isinstance(message, BatchRange) else "dead-letter"
+    try:
+        records, result = _records(message, runtime)
+    except CleanupError as exc:
+        return MessageResult(kind, error=str(exc))
     result.outcomes = run_batch(records, runtime) if records else []
+    if isinstance(message, StoredRecord) and result.clean:
+        try:
+            delete_stored(runtime, message)
+        except CleanupError as exc:
+            result.error = f"the record is clean but its object {message} could not be deleted: {exc}"
     return result
 
 
-def parse_message(body: str) -> BatchRange | Incoming:
-    """The range an on-failure message names, or the record a dead-letter message carries.
+def _records(message: BatchRange | StoredRecord | Incoming, runtime: Runtime) -> tuple[list[Incoming], MessageResult]:
+    if isinstance(message, BatchRange):
+        records, lost, missing = read_range(runtime.clients.get("dynamodbstreams"), message)
+        return records, MessageResult("on-failure", lost=lost, missing=missing)
+    if isinstance(message, StoredRecord):
+        return [_dead_lettered(read_stored(runtime, message))], MessageResult("dead-letter")
+    return [message], MessageResult("dead-letter")
+
+
+def parse_message(body: str) -> BatchRange | StoredRecord | Incoming:
+    """The range an on-failure message names, or the record a dead-letter message carries (or where it is stored).
 
     Raises:
         MessageFormatError: neither kind of message (an SNS envelope around one is unwrapped).
@@ -107,6 +126,8 @@ def parse_message(body: str) -> BatchRange | Incoming:
     if isinstance(message.get("DDBStreamBatchInfo"), dict):
         return _batch_range(message["DDBStreamBatchInfo"])
     if message.get("format") == MESSAGE_FORMAT:
+        if "record" not in message and "recordObject" in message:
+            return _stored(message)
         return _dead_lettered(message)
     raise MessageFormatError("neither a Lambda on-failure message (DDBStreamBatchInfo) nor a dead-letter message")
 
@@ -129,6 +150,20 @@ def _dead_lettered(message: dict[str, Any]) -> Incoming:
         return read_record(message.get("record"), source, number)
     except (ValueError, RecordError) as exc:
         raise MessageFormatError(f"dead-letter message without a readable record: {exc}") from exc
+
+
+def _stored(message: dict[str, Any]) -> StoredRecord:
+    where = message["recordObject"]
+    if not isinstance(where, dict) or not all(isinstance(where.get(name), str) for name in ("bucket", "key")):
+        raise MessageFormatError("dead-letter message whose recordObject has no bucket and key")
+    version = where.get("versionId")
+    number = message.get("sequenceNumber")
+    return StoredRecord(
+        where["bucket"],
+        where["key"],
+        version if isinstance(version, str) and version else None,
+        number if isinstance(number, str) else None,
+    )
 
 
 def read_range(streams: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:

@@ -1,4 +1,4 @@
-"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket facts."""
+"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket and queue facts."""
 
 from __future__ import annotations
 
@@ -6,11 +6,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import ValidationError
+
 from cleanup.calls import call
 from cleanup.clients import Clients
+from cleanup.exceptions import ConfigurationError
 from cleanup.retry import Deadline
-from cleanup.telemetry import Metrics, MetricsSink, configure_logging
-from schemas.settings import Settings, Versioning
+from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
+from schemas.settings import Settings, Versioning, configuration_problems
+
+# SQS's bounds of a queue's MaximumMessageSize, in bytes.
+SQS_MESSAGE_BYTES = (1_024, 1_048_576)
 
 
 class Runtime:
@@ -29,6 +35,24 @@ class Runtime:
         configure_logging(settings)
         return cls(settings)
 
+    @classmethod
+    def for_lambda(cls) -> Runtime:
+        """``from_env`` for a Lambda handler: invalid settings fail the invocation with one clear line.
+
+        The line is a JSON log record on the handler's log stream (level ERROR, ``variables`` naming each bad
+        environment variable and why), and the error raised carries the same single line, not pydantic's dump.
+
+        Raises:
+            ConfigurationError: a setting in the environment is invalid.
+        """
+        try:
+            return cls.from_env()
+        except ValidationError as exc:
+            error = configuration_error(exc)
+        configure_logging(Settings.model_construct())  # the defaults: the environment's settings are what failed
+        log.error(str(error), extra={"variables": error.problems})
+        raise error
+
     def __init__(self, settings: Settings, clients: Clients | None = None, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.clients = clients or Clients(settings)
@@ -36,6 +60,8 @@ class Runtime:
         self._lock = threading.Lock()
         self._bucket_lock = threading.Lock()
         self._versioned: dict[str, bool] = {}
+        self._queue_lock = threading.Lock()
+        self._message_limits: dict[str, int] = {}
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -60,8 +86,37 @@ class Runtime:
                     known = self._versioned[bucket] = answer.get("Status") in ("Enabled", "Suspended")
         return known
 
+    def message_limit(self, queue_url: str, deadline: Deadline | None = None) -> int:
+        """The largest message ``queue_url`` accepts, in bytes: its MaximumMessageSize, asked once per process.
+
+        Raises:
+            TransientError / PermanentError: the attribute could not be read (nothing is cached then).
+        """
+        known = self._message_limits.get(queue_url)
+        if known is None:
+            with self._queue_lock:  # one GetQueueAttributes, however many threads ask at once
+                known = self._message_limits.get(queue_url)
+                if known is None:
+                    known = self._message_limits[queue_url] = self._ask_message_limit(queue_url, deadline)
+        return known
+
+    def _ask_message_limit(self, queue_url: str, deadline: Deadline | None) -> int:
+        sqs = self.clients.sqs
+        attributes = ["MaximumMessageSize"]
+        answer = call(
+            sqs.get_queue_attributes, "GetQueueAttributes", deadline, QueueUrl=queue_url, AttributeNames=attributes
+        )
+        low, high = SQS_MESSAGE_BYTES
+        size = str(answer.get("Attributes", {}).get("MaximumMessageSize", ""))
+        return min(max(int(size), low), high) if size.isdigit() else low
+
     def close(self) -> None:
         with self._lock:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+
+
+def configuration_error(exc: ValidationError) -> ConfigurationError:
+    """The settings' validation error as one line naming each bad environment variable and why."""
+    return ConfigurationError(configuration_problems(exc))

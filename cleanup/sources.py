@@ -7,7 +7,9 @@ A file holds one JSON document or JSON lines of documents. A document is one of:
 * one stream record (``{"dynamodb": {...}, ...}``, as ``cleanup-worker capture`` writes them, one per line),
 * a KCL multilang ``processRecords`` message (records' ``data`` is the base64 JSON of a Kinesis-format change record;
   the sequence number is the Kinesis record's); other KCL messages carry no records and are passed over,
-* a dead-letter message of this worker (the full record and its source).
+* a dead-letter message of this worker (the full record and its source). One whose record was too large for a message
+  names the S3 object holding it instead: it is reported, with that location, and not processed (redrive its queue,
+  or replay the object itself, which is the whole message).
 
 Every record keeps where it came from (file, line, position in its document), so a malformed one is named exactly.
 """
@@ -169,6 +171,8 @@ def _kinesis_record(kinesis: Any, where: Location) -> Entry:
 
 
 def _dead_letter(message: dict[str, Any], where: Location) -> Entry:
+    if "record" not in message and "recordObject" in message:
+        return _stored(message, where)
     try:
         source = Source(message["source"]) if message.get("source") else None
     except ValueError:
@@ -176,6 +180,19 @@ def _dead_letter(message: dict[str, Any], where: Location) -> Entry:
     number = message.get("sequenceNumber")
     sequence_number = number if source is Source.KINESIS and isinstance(number, str) else None
     return _entry(message.get("record"), source, sequence_number, Location(where.file, where.line, "record"))
+
+
+def _stored(message: dict[str, Any], where: Location) -> Rejected:
+    location = message["recordObject"]
+    if isinstance(location, dict):
+        location = f"s3://{location.get('bucket')}/{location.get('key')}"
+    number = message.get("sequenceNumber")
+    return Rejected(
+        Location(where.file, where.line, "recordObject"),
+        f"dead-letter message whose record is stored in S3, at {str(location)[:300]!r}: run cleanup-worker redrive "
+        "on its queue, or download that object and replay it",
+        number if isinstance(number, str) else None,
+    )
 
 
 def _entry(raw: Any, source: Source | None, sequence_number: str | None, where: Location) -> Entry:

@@ -7,10 +7,18 @@ chain itself.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from typing import ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
+METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
+# Characters S3 keys and IAM resource ARNs take as they are: no IAM wildcard ('*', '?'), no space, no '%'.
+_SAFE_PREFIX = re.compile(r"[A-Za-z0-9/!_.'()-]+")
 
 
 class CleanupMode(StrEnum):
@@ -60,6 +68,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
+    refuse_dead_letter_overlap: ClassVar[bool] = True
+    """A dead-letter prefix overlapping the scratch root is a validation error (the preflight reports it instead)."""
+
     # What to clean.
     scratch_bucket: str | None = None
     """SCRATCH_BUCKET: the bucket holding session scratch prefixes; an s3:// prefix naming another is refused."""
@@ -92,6 +103,11 @@ class Settings(BaseSettings):
     """RACE_CHECK: read the live item before acting and leave alone what it still holds."""
     dead_letter_queue_url: str | None = None
     """DEAD_LETTER_QUEUE_URL: SQS queue for records that failed permanently (full record and error)."""
+    dead_letter_bucket: str | None = None
+    """DEAD_LETTER_BUCKET: where a record too large for one message is stored (the message names the object);
+    unset: SCRATCH_BUCKET."""
+    dead_letter_prefix: str = "dead-letter/"
+    """DEAD_LETTER_PREFIX: key prefix of those objects; in the scratch bucket it must lie outside SCRATCH_ROOT."""
     max_concurrency: int = Field(default=32, ge=1, le=512)
     """MAX_CONCURRENCY: records cleaned at once (threads; the HTTP pool is sized to match)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
@@ -158,7 +174,108 @@ class Settings(BaseSettings):
             raise ValueError("SCRATCH_ROOT must not contain empty, '.' or '..' segments")
         return root
 
+    @field_validator("dead_letter_prefix")
+    @classmethod
+    def _dead_letter_prefix_is_a_folder_outside_the_root(cls, prefix: str, info: ValidationInfo) -> str:
+        if not prefix.endswith("/") or not _SAFE_PREFIX.fullmatch(prefix) or prefix.startswith("/"):
+            raise ValueError(
+                "DEAD_LETTER_PREFIX must be a key prefix ending in '/', of letters, digits and /!_.'()- only: "
+                f"{prefix!r}"
+            )
+        if any(part in ("", ".", "..") for part in prefix[:-1].split("/")):
+            raise ValueError("DEAD_LETTER_PREFIX must not contain empty, '.' or '..' segments")
+        root = info.data.get("scratch_root")
+        if cls.refuse_dead_letter_overlap and root is not None:
+            overlap = dead_letter_overlap(
+                info.data.get("scratch_bucket"), root, info.data.get("dead_letter_bucket"), prefix
+            )
+            if overlap:
+                raise ValueError(f"{overlap}: {DEAD_LETTER_OVERLAP_FIX}")
+        return prefix
+
+    @field_validator("metrics_destination")
+    @classmethod
+    def _metrics_destination_is_known(cls, destination: str) -> str:
+        if destination in METRICS_STREAMS:
+            return destination
+        url = urlsplit(destination)
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if url.scheme not in ("tcp", "udp") or not url.hostname or not port:
+            raise ValueError(
+                f"METRICS_DESTINATION must be stdout, stderr, off, auto or tcp/udp://host:port: {destination!r}"
+            )
+        return destination
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level_is_known(cls, level: str) -> str:
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(f"LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL: {level!r}")
+        return level
+
+    @property
+    def dead_letter_store(self) -> str | None:
+        """The bucket of records too large for a dead-letter message: DEAD_LETTER_BUCKET, else SCRATCH_BUCKET."""
+        return self.dead_letter_bucket or self.scratch_bucket
+
     @classmethod
     def from_env(cls) -> Settings:
         """Read the settings from the process environment (the entry point's job)."""
         return cls()
+
+
+DEAD_LETTER_OVERLAP_FIX = (
+    "set DEAD_LETTER_PREFIX to a prefix outside the root (e.g. 'dead-letter/'), or DEAD_LETTER_BUCKET to another bucket"
+)
+
+
+def dead_letter_overlap(
+    scratch_bucket: str | None, scratch_root: str, dead_letter_bucket: str | None, dead_letter_prefix: str
+) -> str | None:
+    """Why dead-letter objects would share the scratch root (whose keys the worker deletes), or None when they do not.
+
+    Either prefix lying under the other counts: dead-letter objects under the root could be deleted as scratch data
+    (or expired by the root's lifecycle backstop), and a prefix above the root would let the worker write into it.
+    """
+    if not scratch_bucket or (dead_letter_bucket or scratch_bucket) != scratch_bucket:
+        return None
+    if not (dead_letter_prefix.startswith(scratch_root) or scratch_root.startswith(dead_letter_prefix)):
+        return None
+    return (
+        f"DEAD_LETTER_PREFIX {dead_letter_prefix!r} overlaps SCRATCH_ROOT {scratch_root!r} in the scratch bucket "
+        f"{scratch_bucket!r}, where the worker deletes"
+    )
+
+
+def configuration_problems(error: ValidationError) -> dict[str, str]:
+    """Each invalid setting's environment variable (upper-case) and why, one short line each."""
+    problems: dict[str, str] = {}
+    for item in error.errors(include_url=False):
+        name = _variable(item["loc"], error.title)
+        why = str(item["msg"]).removeprefix("Value error, ").removeprefix(f"{name} ")
+        if item["type"] != "value_error":  # pydantic's own: "Input should be ..."; ours already quote the value
+            field = next((part for part in reversed(item["loc"]) if isinstance(part, str)), "value")
+            why = f"{why.replace('Input ', f'{field} ', 1)} (got {_short(item.get('input'))})"
+        problems[name] = f"{problems[name]}; {why}" if name in problems else why
+    return {name: " ".join(why.split()) for name, why in problems.items()}
+
+
+def _variable(loc: tuple[int | str, ...], model: str) -> str:
+    """The environment variable a validation error's location stands for."""
+    fields = [part for part in loc if isinstance(part, str)]
+    if fields[:1] == ["attributes"] or model == AttributeNames.__name__:
+        fields = [name for name in fields if name != "attributes"]
+        return f"ATTR_{fields[0].upper()}" if fields else "ATTR_*"
+    if not fields:
+        return "SETTINGS"
+    field = Settings.model_fields.get(fields[0])
+    alias = field.validation_alias if field else None
+    return str(alias.choices[0] if isinstance(alias, AliasChoices) else fields[0]).upper()
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

@@ -205,3 +205,46 @@ def test_no_callback_url_fails(stack: SessionStack, capsys: pytest.CaptureFixtur
     assert code == 1
     [line] = failures(lines)
     assert line.startswith("FAIL callback endpoint set") and "WS_CALLBACK_URL=" in line
+
+
+def test_a_dead_letter_prefix_under_the_scratch_root_fails_with_its_fix(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_backstop(stack)
+    monkeypatch.setenv("SCRATCH_BUCKET", stack.bucket)  # the worker itself refuses to start with these settings
+    monkeypatch.setenv("DEAD_LETTER_PREFIX", "sessions/dead-letter/")
+
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert line.startswith(
+        "FAIL dead-letter objects outside the scratch root: DEAD_LETTER_PREFIX 'sessions/dead-letter/'"
+    )
+    assert "-- fix: set DEAD_LETTER_PREFIX to a prefix outside the root" in line
+
+
+def test_a_scratch_root_given_over_the_dead_letter_prefix_fails(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_backstop(stack, prefix="dead-letter/")
+
+    code, lines = run(stack, capsys, scratch_root="dead-letter/")
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "DEAD_LETTER_PREFIX 'dead-letter/' overlaps SCRATCH_ROOT 'dead-letter/'" in line
+
+
+def test_the_dead_letter_store_is_checked_when_a_queue_is_set(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_backstop(stack)
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/dlq")
+    monkeypatch.setenv("DEAD_LETTER_BUCKET", "no-such-dead-letter-bucket")
+
+    code, lines = run(stack, capsys)
+
+    assert code == 1
+    [line] = failures(lines)
+    assert line.startswith("FAIL dead-letter objects outside the scratch root: no-such-dead-letter-bucket not found")

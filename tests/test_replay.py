@@ -12,6 +12,7 @@ import botocore.session
 import pytest
 
 from cleanup.clients import Clients
+from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.runtime import Runtime
 from cleanup.sources import FileRecord, read_file
 from cleanup.telemetry import Metrics, MetricsSink
@@ -263,3 +264,22 @@ def test_a_kcl_transcript_in_json_lines_yields_the_records_of_its_process_record
     code, summary = replay_json(capsys, str(path))
 
     assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})
+
+
+def test_a_dead_letter_message_whose_record_is_in_s3_is_reported_with_where_it_is(worker_env, capsys, tmp_path):
+    stack = worker_env
+    stack.put_session("dl", grant=False)
+    stack.delete("dl")
+    record = stack.lambda_event()["Records"][-1]
+    number = record["dynamodb"]["SequenceNumber"]
+    stored = {"bucket": stack.bucket, "key": f"dead-letter/2025/01/02/{number}-{'0' * 32}.json"}
+    message = {"format": MESSAGE_FORMAT, "sequenceNumber": number, "source": "lambda", "recordObject": stored}
+    path = write_jsonl(tmp_path / "dead-letters.jsonl", [message])
+
+    code, summary = replay_json(capsys, str(path))
+
+    assert code == 1
+    [failed] = summary["failed"]
+    assert failed["sequenceNumber"] == number
+    assert f"s3://{stack.bucket}/{stored['key']}" in failed["error"] and "cleanup-worker redrive" in failed["error"]
+    assert len(stack.objects("sessions/t1/dl/")) == 3  # not cleaned: the record was not in the file

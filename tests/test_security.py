@@ -125,6 +125,8 @@ IAM_ACTIONS = {
     ("s3", "DeleteObjects"): set(),  # s3:DeleteObject, or s3:DeleteObjectVersion when deleting by VersionId
     ("s3", "DeleteObject"): set(),  # the same, for keys that cannot travel in DeleteObjects' XML
     ("sqs", "SendMessageBatch"): {"sqs:SendMessage"},
+    ("sqs", "GetQueueAttributes"): {"sqs:GetQueueAttributes"},
+    ("s3", "PutObject"): {"s3:PutObject"},
     ("apigatewaymanagementapi", "DeleteConnection"): {"execute-api:ManageConnections"},
 }
 
@@ -161,16 +163,22 @@ def role_actions(role: str) -> set[str]:
 
 
 def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
-    """A run that makes every kind of call: sockets, grants, objects, a dead-lettered record, versioning asked."""
+    """A run that makes every kind of call: sockets, grants, objects, versioning asked, and two dead-lettered records,
+    one of them too large for the queue's 4 KiB messages (stored in S3, in a bucket of its own here)."""
     stack = world.stack
     if versioned:
         stack.s3.put_bucket_versioning(Bucket=stack.bucket, VersioningConfiguration={"Status": "Enabled"})
-    queue_url = client("sqs").create_queue(QueueName=f"dlq-{stack.bucket}")["QueueUrl"]
+    attributes = {"MaximumMessageSize": "4096"}
+    queue_url = client("sqs").create_queue(QueueName=f"dlq-{stack.bucket}", Attributes=attributes)["QueueUrl"]
+    stack.s3.create_bucket(Bucket=f"{stack.bucket}-dead-letters")
     ended = world.make_sessions(new_ids(6, "end"), sockets=2)
     stack.put_item({"pk": "session#bad", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../x/"})
+    big = {"pk": "session#big", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../y/", "blob": "x" * 5000}
+    stack.put_item(big)
     world.end(ended)
     stack.delete("bad")
-    runtime = world.runtime(dead_letter_queue_url=queue_url)
+    stack.delete("big")
+    runtime = world.runtime(dead_letter_queue_url=queue_url, dead_letter_bucket=f"{stack.bucket}-dead-letters")
     assert world.invoker(runtime)({"Records": world.records()}) == {"batchItemFailures": []}
     assert stack.versions() == 0
     assert isinstance(runtime.clients, ProxiedClients)

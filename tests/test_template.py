@@ -47,6 +47,8 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "retire_grant": {"kms:RetireGrant"},
     "delete_connection": {"execute-api:ManageConnections"},
     "send_message_batch": {"sqs:SendMessage"},
+    "get_queue_attributes": {"sqs:GetQueueAttributes"},
+    "put_object": {"s3:PutObject"},
 }
 # What Lambda itself does with the function's role: write its logs; for the cleanup function also read the stream
 # for the event source mapping, and send failed batches' metadata to the on-failure queue (sqs:SendMessage).
@@ -294,3 +296,22 @@ def test_the_stream_and_the_function_have_alarms() -> None:
     on_cleanup = {a["MetricName"] for a in lambda_alarms if a["Dimensions"][0]["Value"] == {"Ref": "CleanupFunction"}}
 
     assert on_cleanup == {"Errors", "IteratorAge"}
+
+
+def test_large_dead_letters_are_written_only_under_their_prefix_and_the_queue_size_is_set() -> None:
+    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    queue = transformed()["Resources"]["DeadLetterQueue"]["Properties"]
+    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
+
+    assert by_sid["StoreLargeDeadLetters"]["Action"] == "s3:PutObject"
+    assert by_sid["StoreLargeDeadLetters"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${DeadLetterPrefix}*")
+    assert by_sid["DeadLetterMessageSize"] == {
+        "Sid": "DeadLetterMessageSize",
+        "Effect": "Allow",
+        "Action": "sqs:GetQueueAttributes",
+        "Resource": {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]},
+    }
+    assert queue["MaximumMessageSize"] == 1_048_576
+    assert cleanup["Properties"]["Environment"]["Variables"]["DEAD_LETTER_PREFIX"] == {"Ref": "DeadLetterPrefix"}
+    assert parameter("DeadLetterPrefix")["Default"] == Settings().dead_letter_prefix
+    assert not Settings().dead_letter_prefix.startswith(parameter("ScratchRoot")["Default"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import ClassVar
 
 from cleanup.clients import Clients
 from cleanup.preflight import CheckResult, Target, run_checks
@@ -27,9 +28,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--callback-url", help="the WebSocket management endpoint [WS_CALLBACK_URL]")
 
 
+class PreflightSettings(Settings):
+    """The worker's settings, except that a dead-letter prefix overlapping the scratch root is a failed check here,
+    with its fix, instead of a refusal to start."""
+
+    refuse_dead_letter_overlap: ClassVar[bool] = False
+
+
 def main(args: argparse.Namespace) -> int:
     """Run every check, print one line each, and exit non-zero if any failed."""
-    settings = Settings.from_env()
+    settings = PreflightSettings.from_env()
     results = run_checks(Clients(settings), target_from(args, settings))
     for result in results:
         print(format_line(result))
@@ -47,6 +55,9 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         scratch_root=args.scratch_root or settings.scratch_root,
         kms_key_id=args.kms_key_id or settings.kms_key_id,
         callback_url=args.callback_url or settings.ws_callback_url,
+        dead_letter_queue_url=settings.dead_letter_queue_url,
+        dead_letter_bucket=settings.dead_letter_bucket,
+        dead_letter_prefix=settings.dead_letter_prefix,
     )
 
 

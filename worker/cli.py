@@ -2,7 +2,8 @@
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``. Only the
 chosen sub-command's module is imported (a container running ``kcl`` does not load the demo's moto), and the exit
-code is the module's.
+code is the module's. Invalid settings end any sub-command the same way: one line on stderr naming each bad
+environment variable and why, and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from pydantic import ValidationError
+
+from cleanup.exceptions import ConfigurationError
+from schemas.settings import configuration_problems
 
 EXIT_USAGE = 2
 
@@ -50,7 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ValidationError as exc:  # the settings, read from the environment by the command
-        print(f"cleanup-worker {args.command}: configuration error: {exc}", file=sys.stderr)
+        print(f"cleanup-worker {args.command}: {ConfigurationError(configuration_problems(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigurationError as exc:
+        print(f"cleanup-worker {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

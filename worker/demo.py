@@ -67,14 +67,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from schemas.settings import Settings
     from worker.local.backend import LocalAws
     from worker.local.gateway import LocalGateway
 
     started = time.monotonic()
+    settings = Settings.from_env()  # before anything starts: a bad setting ends the demo at once, in one line
     progress("starting moto and the WebSocket gateway on 127.0.0.1")
     with LocalAws() as aws, LocalGateway() as gateway:
         aws.use()
-        return Demo(aws, gateway, objects=args.objects, verbose=args.verbose).run(started)
+        return Demo(aws, gateway, objects=args.objects, verbose=args.verbose).run(started, settings)
 
 
 def progress(message: str) -> None:
@@ -92,20 +94,22 @@ class Demo:
         self.table, self.bucket = "demo-sessions", "demo-scratch"
         self.sessions: list[DemoSession] = []
 
-    def run(self, started: float) -> int:
+    def run(self, started: float, environment: Any) -> int:
+        """Run the demo with the settings read from ``environment``, pointed at the local stack."""
         from cleanup.runtime import Runtime
         from cleanup.telemetry import configure_logging, log
-        from schemas.settings import Settings
 
         stream_arn, key_arn = self.create_stack()
-        settings = Settings(
-            scratch_bucket=self.bucket,
-            kms_key_id=key_arn,
-            ws_callback_url=self.gateway.callback_url,
-            session_table=self.table,
-            checkpoint_table=f"{self.table}-checkpoints",
-            poll_interval_seconds=0.05,
-            metrics_destination="off",
+        settings = environment.model_copy(
+            update={
+                "scratch_bucket": self.bucket,
+                "kms_key_id": key_arn,
+                "ws_callback_url": self.gateway.callback_url,
+                "session_table": self.table,
+                "checkpoint_table": f"{self.table}-checkpoints",
+                "poll_interval_seconds": 0.05,
+                "metrics_destination": "off",
+            }
         )
         configure_logging(settings)
         log.handlers[0].setLevel(logging.INFO if self.verbose else logging.WARNING)

@@ -19,10 +19,14 @@ _runtime: Runtime | None = None
 
 
 def runtime() -> Runtime:
-    """The process's runtime, built from the environment on the first invocation and kept while warm."""
+    """The process's runtime, built from the environment on the first invocation and kept while warm.
+
+    Invalid settings fail the invocation with one ERROR line naming them (``Runtime.for_lambda``); nothing is kept,
+    so the next invocation reads the environment again.
+    """
     global _runtime
     if _runtime is None:
-        _runtime = Runtime.from_env()
+        _runtime = Runtime.for_lambda()
     return _runtime
 
 
