@@ -5,6 +5,10 @@ it over (a write conditional on that same version) only once the version has not
 own clock. The holder renews by bumping the version, conditional on owner and version; a failed renewal, or none for
 LEASE_SECONDS, means the lease is lost. Checkpoints are written with ``condition_check()`` in the same transaction,
 so a consumer that lost the lease can never move a checkpoint.
+
+The holder dates its term from when it SENT the write that took or renewed the lease, not from when the answer came
+back: a standby may have seen the new version before the answer arrived, and counts its LEASE_SECONDS from then. So
+the holder's term always ends before a standby can take over, however late the answer.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class Lease:
         with self._lock:
             if self._version is None:
                 return False
+            sent = self._clock()
             try:
                 self._dynamodb.update_item(
                     TableName=self._table,
@@ -98,7 +103,7 @@ class Lease:
                 log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
                 return self._clock() - self._renewed_at < self.lease_seconds
             self._version += 1
-            self._renewed_at = self._clock()
+            self._renewed_at = sent
             return True
 
     def renew_if_due(self) -> bool:
@@ -147,6 +152,7 @@ class Lease:
         values: dict[str, Any] = {":me": {"S": self.owner}, ":next": {"N": str((version or 0) + 1)}}
         if version is not None:
             values[":seen"] = {"N": str(version)}
+        sent = self._clock()
         try:
             self._dynamodb.update_item(
                 TableName=self._table,
@@ -160,7 +166,7 @@ class Lease:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False  # another standby was quicker
             raise translate(exc, "UpdateItem lease") from exc
-        self._version, self._renewed_at, self._seen = (version or 0) + 1, self._clock(), None
+        self._version, self._renewed_at, self._seen = (version or 0) + 1, sent, None
         log.info("holding the stream lease", extra={"owner": self.owner, "version": self._version})
         return True
 
