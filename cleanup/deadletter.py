@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -21,8 +21,8 @@ SQS_BATCH = 10
 MESSAGE_FORMAT = "session-cleanup.dead-letter.v1"
 
 
-def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> str:
-    """The dead-letter message: the full record as received, and why it failed."""
+def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, attempts: int = 1) -> str:
+    """The dead-letter message: the full record as received, why it failed, and after how many tries."""
     source = record.source.value if isinstance(record, StreamRecord) else None
     return json.dumps(
         {
@@ -31,6 +31,7 @@ def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> s
             "eventID": outcome.event_id,
             "source": source,
             "error": outcome.error,
+            "attempts": attempts,
             "actions": [a.model_dump(mode="json") for a in outcome.actions],
             "failedAt": int(time.time()),
             "record": record.raw,
@@ -44,10 +45,12 @@ def dead_letter(
     records: Sequence[StreamRecord | UnreadableRecord],
     runtime: Any,
     only: Collection[str] | None = None,
+    attempts: Mapping[str, int] | None = None,
 ) -> list[Outcome]:
     """Send permanent failures to DEAD_LETTER_QUEUE_URL (when set); returns outcomes marked ``dead_lettered``.
 
-    ``only`` limits it to those sequence numbers (the records whose tries are used up).
+    ``only`` names instead the failures to send, permanent or not (the records a consumer gives up on); ``attempts``
+    says how many times each record was tried (once when not given).
     """
     queue = runtime.settings.dead_letter_queue_url
     if not queue:
@@ -55,12 +58,19 @@ def dead_letter(
     pending = [
         i
         for i, outcome in enumerate(outcomes)
-        if outcome.failed and outcome.permanent and (only is None or outcome.sequence_number in only)
+        if outcome.failed and (outcome.permanent if only is None else outcome.sequence_number in only)
     ]
+    tries = attempts or {}
     result = list(outcomes)
     for start in range(0, len(pending), SQS_BATCH):
         chunk = pending[start : start + SQS_BATCH]
-        entries = [{"Id": str(i), "MessageBody": message_body(outcomes[i], records[i])} for i in chunk]
+        entries = [
+            {
+                "Id": str(i),
+                "MessageBody": message_body(outcomes[i], records[i], tries.get(outcomes[i].sequence_number, 1)),
+            }
+            for i in chunk
+        ]
         for index in _send(runtime.clients.sqs, queue, entries):
             result[index] = outcomes[index].model_copy(update={"dead_lettered": True})
     return result

@@ -17,6 +17,8 @@ from botocore.exceptions import ClientError
 
 from cleanup.checkpoints import ensure_table
 from cleanup.lease import Lease
+from tests.faults import Faults
+from tests.proxy import FaultPlan, FaultProxy
 from worker.stream_poller import StreamPoller
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -378,3 +380,88 @@ def test_a_consumer_killed_mid_run_is_resumed_by_the_next_without_losing_a_recor
     assert resumed.records == len(numbers) - numbers.index(killed_at) - 1
     assert_cleaned(stack, *items)
     assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+
+
+def throttled_grants(poller: StreamPoller) -> None:
+    """Every RetireGrant of the poller is throttled: a session with a grant keeps failing transiently."""
+    Faults(poller.runtime.clients.kms, "RetireGrant", "ThrottlingException", times=10**9)
+
+
+def test_a_record_failing_transiently_goes_to_the_queue_after_max_record_retry_seconds_and_the_shard_moves_on(stack):
+    sqs = stack.runtime().clients.sqs
+    queue = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    stuck, after = stack.put_session("stuck"), stack.put_session("after", grant=False)
+    stack.delete("stuck")
+    stack.delete("after")
+    numbers = sequence_numbers(stack)
+    fake = FakeTime()
+    attempts: list[tuple[float, bool]] = []  # (fake time, whether the stuck record was dead-lettered) per attempt
+
+    def note(_shard: str, outcomes: list[Any]) -> None:
+        mine = [o for o in outcomes if o.sequence_number == numbers[2]]
+        if mine:
+            attempts.append((fake.now, mine[0].dead_lettered))
+
+    poller = make_poller(
+        stack, fake, hook=note, dead_letter_queue_url=queue, max_record_retry_seconds=30, botocore_max_attempts=1
+    )
+    throttled_grants(poller)
+    summary = poller.run(until_idle=True)
+
+    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    body = json.loads(messages[0]["Body"])
+    assert len(messages) == 1 and body["sequenceNumber"] == numbers[2]
+    assert "ThrottlingException" in body["error"]
+    assert body["attempts"] == len(attempts) == summary.failed + 1
+    assert [dead for _, dead in attempts] == [False] * (len(attempts) - 1) + [True]
+    assert attempts[-1][0] - attempts[0][0] >= 30 > attempts[-2][0] - attempts[0][0]
+    assert (summary.dead_lettered, summary.blocked) == (1, [])
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+    assert stuck["grantId"] in stack.grant_ids()  # left for the redrive
+    assert stack.objects(after["scratchPrefix"]) == []
+
+
+def test_without_a_queue_a_record_failing_transiently_past_max_record_retry_seconds_blocks_the_shard(stack, caplog):
+    stack.put_session("stuck")
+    after = stack.put_session("after", grant=False)
+    stack.delete("stuck")
+    stack.delete("after")
+    numbers = sequence_numbers(stack)
+    fake = FakeTime()
+    poller = make_poller(stack, fake, max_record_retry_seconds=30, botocore_max_attempts=1)
+    throttled_grants(poller)
+
+    summary = poller.run(until_idle=True)
+
+    assert summary.blocked == [numbers[2]]
+    assert fake.now - 1000 >= 30
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[1]
+    assert any(r.levelname == "ERROR" and "DEAD_LETTER_QUEUE_URL is not set" in r.getMessage() for r in caplog.records)
+    assert stack.objects(after["scratchPrefix"]) == []
+
+
+def test_run_until_idle_ends_with_exit_1_naming_a_record_that_kept_failing_transiently(stack, aws, tmp_path):
+    stack.put_session("stuck")
+    stack.delete("stuck")
+    stuck = sequence_numbers(stack)[-1]
+    plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        env = {
+            **os.environ,
+            **aws.environment(),
+            "AWS_ENDPOINT_URL": proxy.url,
+            "SCRATCH_BUCKET": stack.bucket,
+            "KMS_KEY_ID": stack.key_arn,
+            "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
+            "MAX_RECORD_RETRY_SECONDS": "1",
+            "BOTOCORE_MAX_ATTEMPTS": "1",
+            "RETRY_MAX_WAIT_SECONDS": "0.05",
+            "METRICS_DESTINATION": "off",
+        }
+        command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, "--until-idle"]
+        result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 1, result.stderr[-2000:]
+    stopped = [json.loads(line) for line in result.stderr.splitlines() if '"poller stopped"' in line]
+    assert stopped[0]["summary"]["blocked"] == [stuck]
+    assert plan.by_call[("kms", "RetireGrant", "throttle")] > 1

@@ -17,6 +17,7 @@ from typing import Any
 
 from cleanup.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.exceptions import IteratorExpiredError, LeaseLostError, TransientError, TrimmedDataError
+from cleanup.inplace import Backoff, InPlaceBatch
 from cleanup.lease import Heartbeat, Lease
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
@@ -26,9 +27,6 @@ from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
 from schemas.settings import StartPosition
 from worker.poll_state import Cursor, PollSummary, RecordHandler
-
-RETRY_BASE_SECONDS = 0.5
-RETRY_MAX_SECONDS = 60.0
 
 BeforeCheckpoint = Callable[[str, list[Outcome]], None]
 
@@ -66,6 +64,7 @@ class StreamPoller:
         self._stopping = threading.Event()
         self._sleep = sleep or self._stopping.wait
         self._handler = RecordHandler(runtime, self.summary, before_checkpoint)
+        self._backoff = Backoff(settings)
         self._cursors: dict[str, Cursor] = {}
         self._finished: set[str] = set()
         self._saved: dict[str, Checkpoint] = {}
@@ -94,11 +93,7 @@ class StreamPoller:
             self.lease.release()
         self.summary.checkpoints = {s: c.sequence_number for s, c in self._saved.items() if c.sequence_number}
         self.summary.blocked = [
-            r.sequence_number
-            for c in self._cursors.values()
-            if c.exhausted
-            for r in c.pending
-            if r.sequence_number not in c.done
+            number for c in self._cursors.values() if c.exhausted and c.batch for number in c.batch.waiting
         ]
         return self.summary
 
@@ -154,7 +149,7 @@ class StreamPoller:
             shards = describe_shards(self._streams, self.stream_arn)
         except TransientError as exc:
             log.warning("DescribeStream failed; will retry", extra={"error": str(exc)})
-            self._wait(RETRY_BASE_SECONDS)
+            self._wait(self._backoff.seconds(1))
             return
         self._forget_vanished({shard.shard_id for shard in shards})
         for shard in startable(shards, self._finished, self._cursors):
@@ -175,8 +170,8 @@ class StreamPoller:
     # One shard's step.
     def _step(self, cursor: Cursor) -> None:
         try:
-            if cursor.pending:
-                self._handle(cursor, cursor.pending)
+            if cursor.batch is not None:
+                self._handle(cursor)
             elif cursor.ended:
                 self._finish(cursor)
             else:
@@ -188,7 +183,7 @@ class StreamPoller:
             if isinstance(exc, TrimmedDataError):
                 cursor.iterator = None
             cursor.failures += 1
-            cursor.not_before = self._clock() + backoff(cursor.failures)
+            cursor.not_before = self._clock() + self._backoff.seconds(cursor.failures)
             log.warning("shard read failed; backing off", extra={"shardId": cursor.shard_id, "error": str(exc)})
 
     def _read(self, cursor: Cursor) -> None:
@@ -211,7 +206,8 @@ class StreamPoller:
         # GetRecords records do not name their stream; Lambda adds eventSourceARN, and so do we (the table is in it).
         records = [read_record({**raw, "eventSourceARN": self.stream_arn}, Source.STREAMS) for raw in page.records]
         self.summary.records += len(records)
-        self._handle(cursor, records)
+        cursor.batch = InPlaceBatch(records, self.runtime, self._clock)
+        self._handle(cursor)
 
     def _iterator(self, cursor: Cursor) -> str:
         # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
@@ -222,15 +218,16 @@ class StreamPoller:
             cursor.trimmed_after = cursor.checkpoint
             return shard_iterator(self._streams, self.stream_arn, cursor.shard_id, None, StartPosition.TRIM_HORIZON)
 
-    def _handle(self, cursor: Cursor, records: list[Any]) -> None:
-        clean_through = self._handler.handle(cursor, records)
+    def _handle(self, cursor: Cursor) -> None:
+        assert cursor.batch is not None
+        clean_through = self._handler.handle(cursor)
         if clean_through is not None:
             cursor.checkpoint = clean_through
             self._save(cursor.shard_id, Checkpoint(clean_through))
-        if cursor.pending:
-            cursor.failures += 1
-            cursor.not_before = self._clock() + backoff(cursor.failures)
+        if not cursor.batch.finished:
+            cursor.not_before = self._clock() + cursor.batch.wait()
             return
+        cursor.batch = None
         cursor.failures, cursor.not_before = 0, self._clock()
         if cursor.ended:
             self._finish(cursor)
@@ -268,8 +265,3 @@ class StreamPoller:
         self.runtime.metrics.count("RecordsLost")
         self.runtime.metrics.flush()
         self.summary.lost.append({"shardId": shard_id, "after": after, "before": before})
-
-
-def backoff(failures: int) -> float:
-    """Seconds a shard waits after its ``failures``-th failure in a row: doubling, capped."""
-    return float(min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
