@@ -12,7 +12,8 @@
           ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
-          └── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
+          ├── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
+          └── CheckpointTableError    the checkpoint table refused a call (a missing permission...): the consumer stops
     LeaseLostError                    another consumer owns the stream now: stop reading and checkpointing at once
 
 "Already done" is not an error: a 410 GoneException, a grant that is not found, or an empty prefix are successes,
@@ -52,6 +53,10 @@ class BadRecordError(PermanentError):
 
 class SessionExistsError(PermanentError):
     """A session item already holds this key; overwriting it would leave its resources uncleaned."""
+
+
+class CheckpointTableError(PermanentError):
+    """The checkpoint table cannot be used (access denied, another shape): no consumer can run until it is fixed."""
 
 
 class IteratorExpiredError(TransientError):

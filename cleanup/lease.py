@@ -20,7 +20,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cleanup.aws_errors import error_code, translate
+from cleanup.aws_errors import error_code
+from cleanup.checkpoint_table import table_error
 from cleanup.telemetry import log
 
 LEASE_SHARD = "#lease"
@@ -57,11 +58,17 @@ class Lease:
             return self._version is not None and self._clock() - self._renewed_at < self.lease_seconds
 
     def try_acquire(self) -> bool:
-        """Take the lease if it is free, released, or has not been renewed for LEASE_SECONDS; False to stand by."""
+        """Take the lease if it is free, released, or has not been renewed for LEASE_SECONDS; False to stand by.
+
+        Raises:
+            TransientError: throttling or a server error.
+            CheckpointTableError: anything else, e.g. a missing permission.
+        """
         with self._lock:
-            item = self._call(
-                "GetItem", self._dynamodb.get_item, TableName=self._table, Key=self._key, ConsistentRead=True
-            )
+            try:
+                item = self._dynamodb.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
+            except (ClientError, BotoCoreError) as exc:
+                raise table_error(exc, self._table, "GetItem") from exc
             current = item.get("Item")
             if current is None:
                 return self._take(None)
@@ -165,7 +172,9 @@ class Lease:
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False  # another standby was quicker
-            raise translate(exc, "UpdateItem lease") from exc
+            raise table_error(exc, self._table, "UpdateItem") from exc
+        except BotoCoreError as exc:
+            raise table_error(exc, self._table, "UpdateItem") from exc
         self._version, self._renewed_at, self._seen = (version or 0) + 1, sent, None
         log.info("holding the stream lease", extra={"owner": self.owner, "version": self._version})
         return True
@@ -178,13 +187,6 @@ class Lease:
             ":next": {"N": str(next_version)},
             ":now": {"N": str(int(time.time()))},
         }
-
-    @staticmethod
-    def _call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        try:
-            return fn(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, what) from exc
 
 
 class Heartbeat:

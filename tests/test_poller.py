@@ -440,24 +440,13 @@ def test_without_a_queue_a_record_failing_transiently_past_max_record_retry_seco
     assert stack.objects(after["scratchPrefix"]) == []
 
 
-def test_run_until_idle_ends_with_exit_1_naming_a_record_that_kept_failing_transiently(stack, aws, tmp_path):
+def test_run_until_idle_ends_with_exit_1_naming_a_record_that_kept_failing_transiently(stack, aws):
     stack.put_session("stuck")
     stack.delete("stuck")
     stuck = sequence_numbers(stack)[-1]
     plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
     with FaultProxy(aws.endpoint_url, plan) as proxy:
-        env = {
-            **os.environ,
-            **aws.environment(),
-            "AWS_ENDPOINT_URL": proxy.url,
-            "SCRATCH_BUCKET": stack.bucket,
-            "KMS_KEY_ID": stack.key_arn,
-            "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
-            "MAX_RECORD_RETRY_SECONDS": "1",
-            "BOTOCORE_MAX_ATTEMPTS": "1",
-            "RETRY_MAX_WAIT_SECONDS": "0.05",
-            "METRICS_DESTINATION": "off",
-        }
+        env = worker_command_env(stack, aws, proxy.url, MAX_RECORD_RETRY_SECONDS="1", BOTOCORE_MAX_ATTEMPTS="1")
         command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, "--until-idle"]
         result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
@@ -465,3 +454,112 @@ def test_run_until_idle_ends_with_exit_1_naming_a_record_that_kept_failing_trans
     stopped = [json.loads(line) for line in result.stderr.splitlines() if '"poller stopped"' in line]
     assert stopped[0]["summary"]["blocked"] == [stuck]
     assert plan.by_call[("kms", "RetireGrant", "throttle")] > 1
+
+
+def worker_command_env(stack: Any, aws: Any, endpoint_url: str, **settings: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        **aws.environment(),
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
+        "RETRY_MAX_WAIT_SECONDS": "0.05",
+        "METRICS_DESTINATION": "off",
+        **settings,
+    }
+
+
+@pytest.mark.parametrize("operation", ["DescribeTable", "Query"])
+def test_a_throttled_checkpoint_table_is_waited_out(stack, operation):
+    item = stack.put_session("a")
+    stack.delete("a")
+    poller = make_poller(stack, botocore_max_attempts=1)
+    throttled = Faults(poller.runtime.clients.dynamodb, operation, "ThrottlingException", times=12)
+
+    summary = poller.run(until_idle=True)
+
+    assert throttled.remaining == 0
+    assert summary.records == 2
+    assert_cleaned(stack, item)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+class ChildOnly(LineageStreams):
+    """The same stream once its parent shard has left it (trimmed 24 h after it closed)."""
+
+    def describe_stream(self, StreamArn: str, **_: Any) -> dict[str, Any]:
+        return {"StreamDescription": {"Shards": [{"ShardId": self.CHILD, "SequenceNumberRange": {}}]}}
+
+
+def test_a_throttled_forget_of_a_vanished_shard_is_retried(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(2):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    make_poller(stack, streams=LineageStreams(records[:4], records[4:])).run(until_idle=True)
+    stack.delete("s2")
+    records += stack.new_records()
+    poller = make_poller(stack, streams=ChildOnly([], records[4:]), botocore_max_attempts=1, shard_discovery_seconds=1)
+    throttled = Faults(poller.runtime.clients.dynamodb, "TransactWriteItems", "ThrottlingException", times=6)
+
+    summary = poller.run(until_idle=True)
+
+    assert throttled.remaining == 0
+    assert checkpoint(stack, LineageStreams.PARENT) is None
+    assert checkpoint(stack, LineageStreams.CHILD)["sequenceNumber"]["S"] == records[-1]["dynamodb"]["SequenceNumber"]
+    assert summary.lost == []
+    assert_cleaned(stack, *items)
+
+
+def test_when_the_last_checkpoint_cannot_be_written_on_the_way_out_the_poller_says_so_and_stops(stack, caplog):
+    items = [stack.put_session(f"s{n}") for n in range(2)]
+    for n in range(2):
+        stack.delete(f"s{n}")
+    poller: StreamPoller | None = None
+
+    def sigterm_and_a_failing_table(_shard: str, _outcomes: list[Any]) -> None:
+        assert poller is not None
+        poller.request_stop()  # what SIGTERM does
+        Faults(poller.runtime.clients.dynamodb, "TransactWriteItems", "InternalServerError", status=500, times=10**9)
+
+    poller = make_poller(stack, hook=sigterm_and_a_failing_table, botocore_max_attempts=1)
+    summary = poller.run(until_idle=True)
+
+    assert summary.records == 4 and summary.checkpoints == {}
+    assert checkpoint(stack) is None
+    said = [r for r in caplog.records if "will be read again" in r.getMessage()]
+    assert len(said) == 1 and said[0].shardId == only_shard(stack)
+    resumed = make_poller(stack).run(until_idle=True)
+    assert resumed.records == 4  # read again, not lost
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+@pytest.mark.parametrize(
+    ("operation", "permissions"),
+    [
+        ("DescribeTable", ["dynamodb:DescribeTable"]),
+        ("CreateTable", ["dynamodb:CreateTable"]),
+        ("Query", ["dynamodb:Query"]),
+        ("TransactWriteItems", ["dynamodb:PutItem", "dynamodb:ConditionCheckItem"]),
+        ("GetItem", ["dynamodb:GetItem"]),
+        ("UpdateItem", ["dynamodb:UpdateItem"]),
+    ],
+)
+def test_a_checkpoint_table_denied_to_the_worker_ends_run_with_exit_2_and_one_line(stack, aws, operation, permissions):
+    stack.put_session("a")
+    stack.delete("a")
+    plan = FaultPlan(rate=0.0, rates={f"dynamodb:{operation}": 1.0}, kinds=("access-denied",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        env = worker_command_env(stack, aws, proxy.url)
+        command = [sys.executable, "-m", "worker.cli", "run", "--stream-arn", stack.stream_arn, "--until-idle"]
+        result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [json.loads(line) for line in result.stderr.splitlines() if '"level": "ERROR"' in line]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert f"ckpt-{stack.table}" in errors[0]["message"]
+    assert all(permission in errors[0]["message"] for permission in permissions)
+    assert plan.injected == {"access-denied": 1}
