@@ -13,6 +13,9 @@ their shards, so they retry in place, and both do it here, the same way:
   ``RecordsStuck`` on every attempt.
 * Between two attempts the shard waits ``Backoff``, but never past the moment its oldest failing record is due to be
   given up.
+* A dry run retries nothing and gives nothing up: every record is tried once, its failure reported, and the consumer
+  moves on in memory. Its adapter writes no checkpoint either (``consumes``), so an enforce run starts from the same
+  place and cleans everything.
 """
 
 from __future__ import annotations
@@ -30,9 +33,14 @@ from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
-from schemas.settings import Settings
+from schemas.settings import CleanupMode, Settings
 
 BACKOFF_MAX_SECONDS = 60.0
+
+
+def consumes(settings: Settings) -> bool:
+    """Whether a consumer may move past records for good (checkpoint, dead-letter): never in a dry run."""
+    return settings.cleanup_mode is not CleanupMode.DRY_RUN
 
 
 class Backoff(wait_base):
@@ -110,11 +118,17 @@ class InPlaceBatch:
         for record in todo:
             self._tries.setdefault(record.sequence_number, _Tries(first_at=started)).count += 1
         counts = {number: tries.count for number, tries in self._tries.items()}
-        outcomes = run_batch(todo, self.runtime, deadline, attempts=counts, give_up=self._given_up)
+        consuming = consumes(self.runtime.settings)
+        give_up = self._given_up if consuming else _never
+        outcomes = run_batch(todo, self.runtime, deadline, attempts=counts, give_up=give_up)
         failed = [o for o in outcomes if o.failed and not o.dead_lettered]
-        self._done |= {o.sequence_number for o in outcomes if not o.failed or o.dead_lettered}
-        self._announce(failed, where)
-        self.failures = self.failures + 1 if failed else 0
+        if consuming:
+            self._done |= {o.sequence_number for o in outcomes if not o.failed or o.dead_lettered}
+            self._announce(failed, where)
+        else:
+            self._done |= {o.sequence_number for o in outcomes}
+            _report_dry_run(failed, where)
+        self.failures = self.failures + 1 if failed and consuming else 0
         while self._clean < len(self.records) and self.records[self._clean].sequence_number in self._done:
             self._clean += 1
         moved = self._clean > self._checkpointed
@@ -165,3 +179,15 @@ class InPlaceBatch:
             log.error("records keep failing and DEAD_LETTER_QUEUE_URL is not set: the shard waits on them", extra=line)
             return
         log.warning("records failed; the shard retries them in place before going on", extra=line)
+
+
+def _never(_outcome: Outcome) -> bool:
+    return False
+
+
+def _report_dry_run(failed: list[Outcome], where: dict[str, str]) -> None:
+    if failed:
+        log.warning(
+            "dry run: records failed; not retried, and read again by the next enforce run",
+            extra={**where, "sequenceNumbers": [o.sequence_number for o in failed]},
+        )

@@ -280,3 +280,23 @@ def test_without_a_queue_a_record_failing_transiently_past_the_bound_is_stuck(st
     assert "DEAD_LETTER_QUEUE_URL is not set" in child.stderr()
     assert child.requests == [first]
     child.kill()
+
+
+def test_a_dry_run_makes_no_checkpoint_and_deletes_nothing(stack, daemon):
+    queue = new_queue()
+    item = stack.put_session("s1")
+    bad = bad_session(stack, "bad")
+    records = deletes(stack, KinesisShard(), "s1", "bad")
+    child = daemon(CLEANUP_MODE="dry-run", DEAD_LETTER_QUEUE_URL=queue, MAX_RECORD_ATTEMPTS="1")
+
+    child.process_records(records)
+    child.shard_ended()
+    child.shutdown_requested()
+
+    assert child.requests == []
+    assert len(stack.objects(item["scratchPrefix"])) == 3 and item["grantId"] in stack.grant_ids()
+    assert stack.objects(bad) == [f"{bad}not-ours"]
+    assert dead_letters(queue) == []
+    assert RETRY_METRIC not in child.stderr()  # the failing record is reported, not retried in place
+    assert records[-1]["sequenceNumber"] in child.stderr()
+    assert child.close() == 0

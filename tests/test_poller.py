@@ -563,3 +563,54 @@ def test_a_checkpoint_table_denied_to_the_worker_ends_run_with_exit_2_and_one_li
     assert f"ckpt-{stack.table}" in errors[0]["message"]
     assert all(permission in errors[0]["message"] for permission in permissions)
     assert plan.injected == {"access-denied": 1}
+
+
+def test_a_dry_run_consumes_nothing_and_a_later_enforce_run_cleans_everything(stack):
+    sqs = stack.runtime().clients.sqs
+    queue = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    stack.put_session("bad", extra=UNSAFE)
+    for session in ("s0", "bad", "s1", "s2"):
+        stack.delete(session)
+    numbers = sequence_numbers(stack)
+    settings = {"dead_letter_queue_url": queue, "max_record_attempts": 1, "batch_size": 3}
+
+    dry = make_poller(stack, cleanup_mode="dry-run", **settings).run(until_idle=True)
+
+    assert (dry.records, dry.failed, dry.dead_lettered, dry.blocked, dry.checkpoints) == (len(numbers), 1, 0, [], {})
+    assert checkpoint(stack) is None
+    assert sqs.receive_message(QueueUrl=queue).get("Messages", []) == []
+    assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items)
+    assert {item["grantId"] for item in items} <= stack.grant_ids()
+
+    enforce = make_poller(stack, **settings).run(until_idle=True)
+
+    assert (enforce.records, enforce.dead_lettered) == (len(numbers), 1)
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+
+
+def test_a_dry_run_reads_a_child_shard_after_its_parent_and_marks_neither(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(3):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    streams = LineageStreams(records[:4], records[4:])
+
+    summary = make_poller(stack, streams=streams, batch_size=2, cleanup_mode="dry-run").run(until_idle=True)
+
+    assert summary.finished_shards == [LineageStreams.PARENT] and summary.records == len(records)
+    assert streams.reads[-1] == LineageStreams.CHILD
+    assert checkpoint(stack, LineageStreams.PARENT) is None and checkpoint(stack, LineageStreams.CHILD) is None
+    assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items)
+
+
+def test_a_dry_run_keeps_the_checkpoint_of_a_vanished_shard(stack):
+    stack.put_session("a")
+    stack.delete("a")
+    records = stack.new_records()
+    make_poller(stack, streams=LineageStreams(records[:1], records[1:])).run(until_idle=True)
+
+    make_poller(stack, streams=ChildOnly([], records[1:]), cleanup_mode="dry-run").run(until_idle=True)
+
+    assert checkpoint(stack, LineageStreams.PARENT)["finished"]["BOOL"] is True

@@ -13,6 +13,8 @@ Guarantees, per shard:
   stream poller (``cleanup.inplace``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent failure, or once
   it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves on; with no
   queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt.
+* A dry run (CLEANUP_MODE=dry-run) checkpoints nothing, SHARD_END included, and dead-letters nothing: each record is
+  tried once and a failure reported, so the records are delivered again to the next (enforce) processor.
 * stdout carries the protocol and nothing else: file descriptor 1 is handed to the protocol and then pointed at
   stderr, where logs and metrics go, so a stray print (ours or a library's) cannot corrupt the protocol.
 """
@@ -30,7 +32,7 @@ from typing import IO, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from cleanup.inplace import Backoff, InPlaceBatch
+from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
@@ -89,11 +91,14 @@ class ShardCleaner:
         self.clean_through: tuple[str, int] | None = None  # the last record known clean (sequence, sub-sequence)
         self.all_clean = True  # False once a batch was left with records not clean
         self.can_checkpoint = True
+        self.dry_run = not consumes(runtime.settings)  # checkpoints nothing: the records are delivered again
 
     # The protocol's messages.
     def initialize(self, initialize_input: Any) -> None:
         self.shard_id = initialize_input.shard_id
         log.info("shard assigned", extra={"shardId": self.shard_id, "from": initialize_input.sequence_number})
+        if self.dry_run:
+            log.info("dry run: no checkpoint will be written", extra={"shardId": self.shard_id})
 
     def process_records(self, process_records_input: Any) -> None:
         """Clean the batch, retrying in place, and checkpoint behind the clean records."""
@@ -117,6 +122,9 @@ class ShardCleaner:
 
     def shard_ended(self, shard_ended_input: Any) -> None:
         """Checkpoint SHARD_END, which lets the child shards start, only when every record of this shard is clean."""
+        if self.dry_run:
+            log.info("dry run: shard ended; SHARD_END not checkpointed", extra={"shardId": self.shard_id})
+            return
         if not self.all_clean:
             log.error(
                 "shard ended with records not clean; SHARD_END not checkpointed, the shard will be processed again",
@@ -137,7 +145,7 @@ class ShardCleaner:
         """Checkpoint, retrying throttling; after a shutdown or invalid-state answer, never checkpoint again."""
         from amazon_kclpy.checkpoint_error import CheckpointError
 
-        if not self.can_checkpoint:
+        if not self.can_checkpoint or self.dry_run:
             return
 
         def retryable(exc: BaseException) -> bool:

@@ -3,6 +3,9 @@
 The checkpoint table may throttle or fail for a while: the poller then waits (the consumers' ``Backoff``) and tries
 again; it never crashes on it. A checkpoint left unwritten only means records are read again, never lost. A
 permanent error (``CheckpointTableError``, e.g. a missing permission) is not retried: it ends the command.
+
+A dry run reads the checkpoints (it starts where an enforce run would) and writes or deletes none: the consumer moves
+on in memory only, and the next enforce run starts from the same place.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from cleanup.checkpoints import Checkpoint, CheckpointStore
 from cleanup.exceptions import TransientError
-from cleanup.inplace import Backoff
+from cleanup.inplace import Backoff, consumes
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.telemetry import log
 from schemas.settings import Settings
@@ -40,6 +43,7 @@ class PollCheckpoints:
         self._stopping = stopping
         self._wait = wait
         self._backoff = Backoff(settings)
+        self._writes = consumes(settings)
 
     def persist(self, operation: str, call: Callable[[], T]) -> T:
         """Call the checkpoint table until it answers; throttling and server errors back off and are tried again.
@@ -78,6 +82,8 @@ class PollCheckpoints:
         Raises:
             TransientError: with ``strict``, instead of returning False.
         """
+        if not self._writes:
+            return False
         try:
             call_with_retry(lambda: self.store.save(shard_id, checkpoint), self._settings, Deadline())
         except TransientError as exc:
@@ -93,6 +99,9 @@ class PollCheckpoints:
     def save_last(self, positions: Iterable[tuple[str, str | None]]) -> None:
         """On the way out, each shard's (id, clean-through) position not written yet: one that cannot be written is
         logged, and its records after the last checkpoint are read again by the next consumer."""
+        if not self._writes:
+            log.info("dry run: no checkpoint written; the next run starts where this one did")
+            return
         for shard_id, position in positions:
             if position is None or self.saved.get(shard_id) == Checkpoint(position):
                 continue
@@ -105,6 +114,9 @@ class PollCheckpoints:
 
     def forget(self, shard_id: str) -> bool:
         """Delete a vanished shard's checkpoint, waiting for the table as long as it fails; False if stopped first."""
+        if not self._writes:
+            del self.saved[shard_id]  # kept in the table, for the enforce run to report and delete
+            return True
         try:
             self.persist("TransactWriteItems", lambda: self.store.forget(shard_id))
         except Stopped:

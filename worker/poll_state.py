@@ -47,7 +47,7 @@ class Cursor:
 
     shard: Shard
     checkpoint: str | None
-    """Everything up to here is clean (written to the checkpoint table, or about to be)."""
+    """Everything up to here is clean (written to the checkpoint table, or about to be; a dry run's, in memory only)."""
     iterator: str | None = None
     batch: InPlaceBatch | None = None
     """The batch being retried in place, until every record of it is clean or given up; no reading before."""
