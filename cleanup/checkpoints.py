@@ -13,18 +13,19 @@ a consumer that lost the lease can never move a checkpoint.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cleanup.aws_errors import error_code, translate
-from cleanup.exceptions import LeaseLostError, TransientError
+from cleanup.checkpoint_table import ensure_table, table_error
+from cleanup.exceptions import LeaseLostError
 from cleanup.lease import LEASE_SHARD, Lease
-from cleanup.telemetry import log
 
-TABLE_ACTIVE_TIMEOUT_SECONDS = 120.0
+__all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
+
+SAVE_ACTIONS = ("dynamodb:PutItem", "dynamodb:ConditionCheckItem")
+FORGET_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,42 +34,6 @@ class Checkpoint:
 
     sequence_number: str | None
     finished: bool = False
-
-
-def ensure_table(dynamodb: Any, table: str, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Create the checkpoint table (on-demand) if it does not exist, and wait until it is ACTIVE."""
-    try:
-        status = dynamodb.describe_table(TableName=table)["Table"]["TableStatus"]
-    except ClientError as exc:
-        if error_code(exc) != "ResourceNotFoundException":
-            raise translate(exc, "DescribeTable") from exc
-        status = _create_table(dynamodb, table)
-    waited = 0.0
-    while status != "ACTIVE":
-        if waited > TABLE_ACTIVE_TIMEOUT_SECONDS:
-            raise TransientError(f"checkpoint table {table} still {status} after {waited:.0f} s")
-        sleep(1.0)
-        waited += 1.0
-        status = dynamodb.describe_table(TableName=table)["Table"]["TableStatus"]
-
-
-def _create_table(dynamodb: Any, table: str) -> str:
-    log.info("creating the checkpoint table", extra={"table": table})
-    try:
-        created = dynamodb.create_table(
-            TableName=table,
-            AttributeDefinitions=[
-                {"AttributeName": "stream", "AttributeType": "S"},
-                {"AttributeName": "shard", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "stream", "KeyType": "HASH"}, {"AttributeName": "shard", "KeyType": "RANGE"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ResourceInUseException":  # another consumer created it first
-            return "CREATING"
-        raise translate(exc, "CreateTable") from exc
-    return str(created["TableDescription"]["TableStatus"])
 
 
 class CheckpointStore:
@@ -81,7 +46,12 @@ class CheckpointStore:
         self._lease = lease
 
     def load(self) -> dict[str, Checkpoint]:
-        """Every shard's checkpoint (one Query, paged)."""
+        """Every shard's checkpoint (one Query, paged).
+
+        Raises:
+            TransientError: throttling or a server error.
+            CheckpointTableError: anything else, e.g. a missing permission.
+        """
         checkpoints: dict[str, Checkpoint] = {}
         kwargs: dict[str, Any] = {
             "TableName": self._table,
@@ -93,7 +63,7 @@ class CheckpointStore:
             try:
                 page = self._dynamodb.query(**kwargs)
             except (ClientError, BotoCoreError) as exc:
-                raise translate(exc, "Query checkpoints") from exc
+                raise table_error(exc, self._table, "Query") from exc
             for item in page.get("Items", []):
                 shard = item["shard"]["S"]
                 if shard != LEASE_SHARD:
@@ -109,6 +79,7 @@ class CheckpointStore:
         Raises:
             LeaseLostError: another consumer owns the stream; nothing was written.
             TransientError: throttling or a server error; nothing was written.
+            CheckpointTableError: anything else, e.g. a missing permission; nothing was written.
         """
         item: dict[str, Any] = {
             "stream": {"S": self._stream},
@@ -119,14 +90,16 @@ class CheckpointStore:
         }
         if checkpoint.sequence_number is not None:
             item["sequenceNumber"] = {"S": checkpoint.sequence_number}
-        self._transact([self._lease.condition_check(), {"Put": {"TableName": self._table, "Item": item}}])
+        self._transact([self._lease.condition_check(), {"Put": {"TableName": self._table, "Item": item}}], SAVE_ACTIONS)
 
     def forget(self, shard_id: str) -> None:
-        """Delete the checkpoint of a shard that is no longer in the stream."""
+        """Delete the checkpoint of a shard that is no longer in the stream (raises as ``save`` does)."""
         key = {"stream": {"S": self._stream}, "shard": {"S": shard_id}}
-        self._transact([self._lease.condition_check(), {"Delete": {"TableName": self._table, "Key": key}}])
+        self._transact(
+            [self._lease.condition_check(), {"Delete": {"TableName": self._table, "Key": key}}], FORGET_ACTIONS
+        )
 
-    def _transact(self, items: list[dict[str, Any]]) -> None:
+    def _transact(self, items: list[dict[str, Any]], actions: tuple[str, ...]) -> None:
         try:
             self._dynamodb.transact_write_items(TransactItems=items)
         except ClientError as exc:
@@ -134,6 +107,6 @@ class CheckpointStore:
             if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
                 self._lease.mark_lost()
                 raise LeaseLostError("the stream lease is held by another consumer") from exc
-            raise translate(exc, "TransactWriteItems checkpoint") from exc
+            raise table_error(exc, self._table, "TransactWriteItems", actions) from exc
         except BotoCoreError as exc:
-            raise translate(exc, "TransactWriteItems checkpoint") from exc
+            raise table_error(exc, self._table, "TransactWriteItems", actions) from exc

@@ -17,7 +17,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from cleanup.retry import Deadline, call_with_retry
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import StreamRecord, UnreadableRecord
+from schemas.settings import CleanupMode
 
 SQS_BATCH = 10
 SQS_BATCH_BYTES = 1_048_576  # SendMessageBatch: the sum of its messages' sizes
@@ -36,8 +37,8 @@ OBJECT_KEY = r"[0-9]{4}/[0-9]{2}/[0-9]{2}/(?:[0-9]{1,64}|unknown)-[0-9a-f]{32}\.
 _SEQUENCE_NUMBER = re.compile(r"[0-9]{1,64}")
 
 
-def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> str:
-    """The dead-letter message: the full record as received, and why it failed."""
+def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, attempts: int = 1) -> str:
+    """The dead-letter message: the full record as received, why it failed, and after how many tries."""
     source = record.source.value if isinstance(record, StreamRecord) else None
     return json.dumps(
         {
@@ -46,6 +47,7 @@ def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> s
             "eventID": outcome.event_id,
             "source": source,
             "error": outcome.error,
+            "attempts": attempts,
             "actions": [a.model_dump(mode="json") for a in outcome.actions],
             "failedAt": int(time.time()),
             "record": record.raw,
@@ -59,21 +61,23 @@ def dead_letter(
     records: Sequence[StreamRecord | UnreadableRecord],
     runtime: Any,
     only: Collection[str] | None = None,
+    attempts: Mapping[str, int] | None = None,
     *,
     deadline: Deadline | None = None,
 ) -> list[Outcome]:
     """Send permanent failures to DEAD_LETTER_QUEUE_URL (when set); returns outcomes marked ``dead_lettered``.
 
-    ``only`` limits it to those sequence numbers (the records whose tries are used up). Once ``deadline`` has
+    ``only`` names instead the failures to send, permanent or not (the records a consumer gives up on); ``attempts``
+    says how many times each record was tried (once when not given). A dry run sends nothing. Once ``deadline`` has
     passed no further call is made: the records not sent yet stay failed and are reported.
     """
     queue = runtime.settings.dead_letter_queue_url
     pending = [
         i
         for i, outcome in enumerate(outcomes)
-        if outcome.failed and outcome.permanent and (only is None or outcome.sequence_number in only)
+        if outcome.failed and (outcome.permanent if only is None else outcome.sequence_number in only)
     ]
-    if not queue or not pending:
+    if not queue or not pending or runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
         return outcomes
     deadline = deadline or Deadline()
     try:
@@ -81,7 +85,7 @@ def dead_letter(
     except CleanupError as exc:
         log.error("dead-letter queue's message size unknown; the records stay failed", extra={"error": str(exc)})
         return outcomes
-    letters = _letters(pending, outcomes, records, runtime, limit, deadline)
+    letters = _letters(pending, outcomes, records, attempts or {}, runtime, limit, deadline)
     result = list(outcomes)
     for batch in batches(letters):
         if _out_of_time(deadline, batch):
@@ -127,13 +131,14 @@ def _letters(
     pending: list[int],
     outcomes: list[Outcome],
     records: Sequence[StreamRecord | UnreadableRecord],
+    attempts: Mapping[str, int],
     runtime: Any,
     limit: int,
     deadline: Deadline,
 ) -> list[Letter]:
     letters = []
     for index in pending:
-        body = message_body(outcomes[index], records[index])
+        body = message_body(outcomes[index], records[index], attempts.get(outcomes[index].sequence_number, 1))
         if message_size(body) <= limit:
             letters.append(Letter(index, body))
         elif deadline.remaining() <= 0:

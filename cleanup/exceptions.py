@@ -14,7 +14,8 @@
           ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
-          └── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
+          ├── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
+          └── CheckpointTableError    the checkpoint table refused a call (a missing permission...): the consumer stops
     LeaseLostError                    another consumer owns the stream now: stop reading and checkpointing at once
     ConfigurationError                a setting in the environment is invalid: nothing runs until it is fixed
 
@@ -59,6 +60,10 @@ class SessionExistsError(PermanentError):
 
 class OutOfTimeError(TransientError):
     """The caller's deadline (a Lambda invocation's end) leaves no time to start a call, or to try it again."""
+
+
+class CheckpointTableError(PermanentError):
+    """The checkpoint table cannot be used (access denied, another shape): no consumer can run until it is fixed."""
 
 
 class IteratorExpiredError(TransientError):

@@ -5,6 +5,10 @@ it over (a write conditional on that same version) only once the version has not
 own clock. The holder renews by bumping the version, conditional on owner and version; a failed renewal, or none for
 LEASE_SECONDS, means the lease is lost. Checkpoints are written with ``condition_check()`` in the same transaction,
 so a consumer that lost the lease can never move a checkpoint.
+
+The holder dates its term from when it SENT the write that took or renewed the lease, not from when the answer came
+back: a standby may have seen the new version before the answer arrived, and counts its LEASE_SECONDS from then. So
+the holder's term always ends before a standby can take over, however late the answer.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cleanup.aws_errors import error_code, translate
+from cleanup.aws_errors import error_code
+from cleanup.checkpoint_table import table_error
 from cleanup.telemetry import log
 
 LEASE_SHARD = "#lease"
@@ -53,11 +58,17 @@ class Lease:
             return self._version is not None and self._clock() - self._renewed_at < self.lease_seconds
 
     def try_acquire(self) -> bool:
-        """Take the lease if it is free, released, or has not been renewed for LEASE_SECONDS; False to stand by."""
+        """Take the lease if it is free, released, or has not been renewed for LEASE_SECONDS; False to stand by.
+
+        Raises:
+            TransientError: throttling or a server error.
+            CheckpointTableError: anything else, e.g. a missing permission.
+        """
         with self._lock:
-            item = self._call(
-                "GetItem", self._dynamodb.get_item, TableName=self._table, Key=self._key, ConsistentRead=True
-            )
+            try:
+                item = self._dynamodb.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
+            except (ClientError, BotoCoreError) as exc:
+                raise table_error(exc, self._table, "GetItem") from exc
             current = item.get("Item")
             if current is None:
                 return self._take(None)
@@ -78,6 +89,7 @@ class Lease:
         with self._lock:
             if self._version is None:
                 return False
+            sent = self._clock()
             try:
                 self._dynamodb.update_item(
                     TableName=self._table,
@@ -98,7 +110,7 @@ class Lease:
                 log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
                 return self._clock() - self._renewed_at < self.lease_seconds
             self._version += 1
-            self._renewed_at = self._clock()
+            self._renewed_at = sent
             return True
 
     def renew_if_due(self) -> bool:
@@ -147,6 +159,7 @@ class Lease:
         values: dict[str, Any] = {":me": {"S": self.owner}, ":next": {"N": str((version or 0) + 1)}}
         if version is not None:
             values[":seen"] = {"N": str(version)}
+        sent = self._clock()
         try:
             self._dynamodb.update_item(
                 TableName=self._table,
@@ -159,8 +172,10 @@ class Lease:
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False  # another standby was quicker
-            raise translate(exc, "UpdateItem lease") from exc
-        self._version, self._renewed_at, self._seen = (version or 0) + 1, self._clock(), None
+            raise table_error(exc, self._table, "UpdateItem") from exc
+        except BotoCoreError as exc:
+            raise table_error(exc, self._table, "UpdateItem") from exc
+        self._version, self._renewed_at, self._seen = (version or 0) + 1, sent, None
         log.info("holding the stream lease", extra={"owner": self.owner, "version": self._version})
         return True
 
@@ -172,13 +187,6 @@ class Lease:
             ":next": {"N": str(next_version)},
             ":now": {"N": str(int(time.time()))},
         }
-
-    @staticmethod
-    def _call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        try:
-            return fn(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, what) from exc
 
 
 class Heartbeat:

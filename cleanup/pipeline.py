@@ -8,7 +8,7 @@ order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from cleanup.classify import Decision, classify, item_key
 from cleanup.deadletter import dead_letter
@@ -32,6 +32,7 @@ def run_batch(
     deadline: Deadline | None = None,
     *,
     attempts: Mapping[str, int] | None = None,
+    give_up: Callable[[Outcome], bool] | None = None,
 ) -> list[Outcome]:
     """Process a batch, dead-letter its permanent failures, and log and count every outcome.
 
@@ -39,52 +40,20 @@ def run_batch(
         records: the batch, in stream order.
         runtime: the process's runtime.
         deadline: when the batch must be answered by.
-        attempts: for consumers that retry in place (poller, KCL): how many times each record has now been tried.
-            A permanent failure is then dead-lettered only on its MAX_RECORD_ATTEMPTS-th try, since a grant or a
-            socket endpoint may come back; without it (Lambda, whose own retries come later) at once.
+        attempts: how many times each record has now been tried (in its dead-letter message; once when not given).
+        give_up: for consumers that retry in place (``cleanup.inplace``): which failed records to dead-letter now,
+            permanent or not. Without it (Lambda, whose own retries come later) every permanent failure, at once.
     """
     deadline = deadline or Deadline()
     outcomes = process_batch(records, runtime, deadline)
-    due = None
-    if attempts is not None:
-        limit = runtime.settings.max_record_attempts
-        due = {number for number, tries in attempts.items() if tries >= limit}
+    due = None if give_up is None else {o.sequence_number for o in outcomes if o.failed and give_up(o)}
     # Reporting may use half the margin the deadline keeps before the invocation's end: the rest is for answering.
-    outcomes = dead_letter(outcomes, records, runtime, only=due, deadline=deadline.extended(SAFETY_MARGIN_SECONDS / 2))
+    reporting = deadline.extended(SAFETY_MARGIN_SECONDS / 2)
+    outcomes = dead_letter(outcomes, records, runtime, only=due, attempts=attempts, deadline=reporting)
     log_outcomes(outcomes)
     runtime.metrics.record_outcomes(outcomes)
     runtime.metrics.flush()
     return outcomes
-
-
-def announce_retry(failed: Sequence[Outcome], attempts: Mapping[str, int], runtime: Runtime, **where: str) -> bool:
-    """Say, on every attempt, that records are being retried in place (log line and ``RecordsRetried``).
-
-    Returns:
-        True when some of them are stuck: permanent failures past MAX_RECORD_ATTEMPTS with no dead-letter queue to
-        take them (an ERROR line and ``RecordsStuck`` on every attempt, so it cannot go unnoticed).
-    """
-    if not failed:
-        return False
-    settings = runtime.settings
-    limit = settings.max_record_attempts
-    stuck = [o for o in failed if o.permanent and attempts.get(o.sequence_number, 0) >= limit]
-    first = failed[0]
-    line = {
-        **where,
-        "sequenceNumber": first.sequence_number,
-        "attempt": attempts.get(first.sequence_number, 0),
-        "maxAttempts": limit,
-        "failing": len(failed),
-        "error": first.error,
-    }
-    runtime.metrics.count("RecordsRetried", amount=len(failed))
-    if stuck and not settings.dead_letter_queue_url:
-        runtime.metrics.count("RecordsStuck", amount=len(stuck))
-        log.error("records keep failing and DEAD_LETTER_QUEUE_URL is not set: the shard waits on them", extra=line)
-        return True
-    log.warning("records failed; the shard retries them in place before going on", extra=line)
-    return False
 
 
 def process_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadline | None = None) -> list[Outcome]:

@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     """LEASE_SECONDS: a consumer lease not renewed for this long may be taken over by a standby."""
     max_record_attempts: int = Field(default=5, ge=1)
     """MAX_RECORD_ATTEMPTS: tries of a failing record before it goes to the dead-letter queue (if one is set)."""
+    max_record_retry_seconds: float = Field(default=3600.0, gt=0)
+    """MAX_RECORD_RETRY_SECONDS: how long a record may keep failing, from its first try, before it goes to the
+    dead-letter queue (if one is set) whatever its error: no shard waits for ever on one record."""
     shutdown_grace_seconds: float = Field(default=20.0, gt=0)
     """SHUTDOWN_GRACE_SECONDS: on SIGTERM/SIGINT, time allowed to finish the in-flight batch and checkpoint."""
 

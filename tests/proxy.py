@@ -9,7 +9,9 @@ then decides, at a per-service or per-operation rate, whether to forward it or t
 * ``too-many``: 429 ``TooManyRequestsException``;
 * ``server-error``: 500 ``InternalError``;
 * ``reset``: the request is read and the socket closed with a TCP reset, no answer;
-* ``delay``: the request IS carried out upstream, and its answer held past the client's read timeout.
+* ``delay``: the request IS carried out upstream, and its answer held past the client's read timeout;
+* ``access-denied``: 400 ``AccessDeniedException`` (JSON services), 403 ``AccessDenied`` (S3): a permanent error, so
+  not among the kinds a plan picks from unless it names it.
 
 ``FaultPlan.latency`` slows chosen operations down without failing them (a slow dependency).
 
@@ -33,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 KINDS = ("throttle", "too-many", "server-error", "reset", "delay")
+"""The transient faults, the ones a plan picks from by default."""
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "expect", "content-length"}
 )
@@ -144,12 +147,16 @@ def _s3_operation(method: str, path: str, query: dict[str, list[str]]) -> str:
 
 def fault_response(kind: str, call: Call) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of an injected error, in the service's own protocol."""
-    status, code = {"throttle": (400, "ThrottlingException"), "too-many": (429, "TooManyRequestsException")}.get(
-        kind, (500, "InternalError")
-    )
+    status, code = {
+        "throttle": (400, "ThrottlingException"),
+        "too-many": (429, "TooManyRequestsException"),
+        "access-denied": (400, "AccessDeniedException"),
+    }.get(kind, (500, "InternalError"))
     if call.service == "s3":
         if kind == "throttle":
             status, code = 503, "SlowDown"
+        elif kind == "access-denied":
+            status, code = 403, "AccessDenied"
         body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
         return status, {"Content-Type": "application/xml"}, body
     if call.service == "execute-api" and kind == "throttle":

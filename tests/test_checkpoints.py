@@ -9,6 +9,7 @@ import pytest
 from cleanup.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.exceptions import LeaseLostError
 from cleanup.lease import Lease
+from tests.stack import client
 
 STREAM = "arn:aws:dynamodb:us-east-1:123456789012:table/sessions/stream/2024-01-01T00:00:00.000"
 
@@ -92,4 +93,48 @@ def test_a_released_lease_is_taken_at_once(stack, table):
     holder.release()
 
     assert standby.try_acquire()
+    assert not holder.held
+
+
+class LateAnswers:
+    """Holds the answers of a client's UpdateItem: the write reaches moto at once, its answer comes back late.
+
+    While the answer is "in flight", ``meanwhile`` runs (a standby reading the lease), then the shared clock moves on
+    by ``seconds``: the holder learns of its write only then.
+    """
+
+    def __init__(self, client: Any, clock: Clock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self.armed = False
+        self.meanwhile: list[Any] = []
+        client.meta.events.register("after-call.dynamodb.UpdateItem", self._late)
+
+    def _late(self, **_: Any) -> None:
+        if self.armed:
+            self.armed = False
+            for step in self.meanwhile:
+                step()
+            self.clock.now += self.seconds
+
+
+@pytest.mark.parametrize("late", ["renewal", "take-over"])
+def test_a_holder_whose_answer_comes_back_late_has_given_up_its_lease_before_a_standby_takes_it(stack, table, late):
+    clock = Clock()
+    holder_client = client("dynamodb")
+    answers = LateAnswers(holder_client, clock, 2.5)
+    holder = Lease(holder_client, table, STREAM, "a", 10.0, clock)
+    standby = lease(stack, table, "b", clock)
+    answers.meanwhile.append(lambda: standby.try_acquire())  # the standby sees the new version before the holder
+    answers.armed = late == "take-over"
+    assert holder.try_acquire()
+    if late == "renewal":
+        clock.now += 5
+        answers.armed = True
+        assert holder.renew()
+
+    while not standby.try_acquire():
+        assert holder.held
+        clock.now += 0.5
+
     assert not holder.held

@@ -10,6 +10,7 @@ import boto3
 import pytest
 
 from tests.kcl_daemon import SHARD_END, FakeDaemon, KinesisShard, kinesis_payload
+from tests.proxy import FaultPlan, FaultProxy
 
 RETRY_METRIC = '"RecordsRetried":'  # the metric's value in an EMF document
 WAIT_GUARD_SECONDS = 60.0  # a hang guard only
@@ -37,6 +38,15 @@ def daemon(aws, stack, tmp_path):
     for child in started:
         if child.child.poll() is None:
             child.kill()
+
+
+@pytest.fixture
+def throttled_grants(aws):
+    """Settings that send the child's calls through a proxy throttling every RetireGrant: a session with a grant
+    keeps failing transiently, and gives up after one second."""
+    plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        yield {"AWS_ENDPOINT_URL": proxy.url, "MAX_RECORD_RETRY_SECONDS": "1", "BOTOCORE_MAX_ATTEMPTS": "1"}
 
 
 def deletes(stack, shard: KinesisShard, *sessions: str) -> list[dict]:
@@ -232,4 +242,61 @@ def test_lease_lost_stops_without_a_checkpoint(stack, daemon):
     child.lease_lost()
 
     assert len(child.requests) == before == 1
+    assert child.close() == 0
+
+
+def test_a_record_failing_transiently_is_dead_lettered_after_max_record_retry_seconds(stack, daemon, throttled_grants):
+    queue = new_queue()
+    stack.put_session("before", grant=False)
+    stuck = stack.put_session("stuck")
+    after = stack.put_session("after", grant=False)
+    records = deletes(stack, KinesisShard(), "before", "stuck", "after")
+    child = daemon(DEAD_LETTER_QUEUE_URL=queue, **throttled_grants)
+
+    child.process_records(records)
+
+    letters = dead_letters(queue)
+    assert [letter["sequenceNumber"] for letter in letters] == [records[-2]["sequenceNumber"]]
+    assert "ThrottlingException" in letters[0]["error"]
+    assert letters[0]["attempts"] == child.stderr().count(RETRY_METRIC) + 1 > 2
+    assert child.checkpoints == [records[-3]["sequenceNumber"], records[-1]["sequenceNumber"]]
+    assert stack.objects(after["scratchPrefix"]) == []
+    assert stuck["grantId"] in stack.grant_ids()
+    assert child.close() == 0
+
+
+def test_without_a_queue_a_record_failing_transiently_past_the_bound_is_stuck(stack, daemon, throttled_grants):
+    stack.put_session("before", grant=False)
+    stack.put_session("stuck")
+    records = deletes(stack, KinesisShard(), "before", "stuck")
+    child = daemon(**throttled_grants)
+
+    child.post({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+    first = child.next_message()
+    child.answer_checkpoint(first)
+    wait_for(lambda: '"RecordsStuck"' in child.stderr(), "the record to be reported stuck")
+
+    assert first["sequenceNumber"] == records[-2]["sequenceNumber"]
+    assert "DEAD_LETTER_QUEUE_URL is not set" in child.stderr()
+    assert child.requests == [first]
+    child.kill()
+
+
+def test_a_dry_run_makes_no_checkpoint_and_deletes_nothing(stack, daemon):
+    queue = new_queue()
+    item = stack.put_session("s1")
+    bad = bad_session(stack, "bad")
+    records = deletes(stack, KinesisShard(), "s1", "bad")
+    child = daemon(CLEANUP_MODE="dry-run", DEAD_LETTER_QUEUE_URL=queue, MAX_RECORD_ATTEMPTS="1")
+
+    child.process_records(records)
+    child.shard_ended()
+    child.shutdown_requested()
+
+    assert child.requests == []
+    assert len(stack.objects(item["scratchPrefix"])) == 3 and item["grantId"] in stack.grant_ids()
+    assert stack.objects(bad) == [f"{bad}not-ours"]
+    assert dead_letters(queue) == []
+    assert RETRY_METRIC not in child.stderr()  # the failing record is reported, not retried in place
+    assert records[-1]["sequenceNumber"] in child.stderr()
     assert child.close() == 0

@@ -332,3 +332,16 @@ def test_a_reconnected_session_whose_scratch_overlaps_keeps_it(stack: SessionSta
     assert {a.action: a.status for a in remove.actions}["scratch"] is ActionStatus.KEPT
     assert len(stack.objects(old["scratchPrefix"])) == 3
     assert old["grantId"] not in stack.grant_ids()
+
+
+def test_a_dry_run_sends_nothing_to_the_dead_letter_queue(stack: SessionStack, invoke) -> None:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    queue = sqs.create_queue(QueueName=f"dlq-dry-{stack.table}")["QueueUrl"]
+    stack.put_session("poison", objects=0, extra={"scratchPrefix": "sessions/../etc/"})
+    stack.delete("poison")
+    event = stack.lambda_event()
+
+    answer = invoke(event, dead_letter_queue_url=queue, cleanup_mode="dry-run")
+
+    assert answer == {"batchItemFailures": [{"itemIdentifier": event["Records"][-1]["dynamodb"]["SequenceNumber"]}]}
+    assert sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", []) == []

@@ -17,6 +17,8 @@ from botocore.exceptions import ClientError
 
 from cleanup.checkpoints import ensure_table
 from cleanup.lease import Lease
+from tests.faults import Faults
+from tests.proxy import FaultPlan, FaultProxy
 from worker.stream_poller import StreamPoller
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -378,3 +380,237 @@ def test_a_consumer_killed_mid_run_is_resumed_by_the_next_without_losing_a_recor
     assert resumed.records == len(numbers) - numbers.index(killed_at) - 1
     assert_cleaned(stack, *items)
     assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+
+
+def throttled_grants(poller: StreamPoller) -> None:
+    """Every RetireGrant of the poller is throttled: a session with a grant keeps failing transiently."""
+    Faults(poller.runtime.clients.kms, "RetireGrant", "ThrottlingException", times=10**9)
+
+
+def test_a_record_failing_transiently_goes_to_the_queue_after_max_record_retry_seconds_and_the_shard_moves_on(stack):
+    sqs = stack.runtime().clients.sqs
+    queue = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    stuck, after = stack.put_session("stuck"), stack.put_session("after", grant=False)
+    stack.delete("stuck")
+    stack.delete("after")
+    numbers = sequence_numbers(stack)
+    fake = FakeTime()
+    attempts: list[tuple[float, bool]] = []  # (fake time, whether the stuck record was dead-lettered) per attempt
+
+    def note(_shard: str, outcomes: list[Any]) -> None:
+        mine = [o for o in outcomes if o.sequence_number == numbers[2]]
+        if mine:
+            attempts.append((fake.now, mine[0].dead_lettered))
+
+    poller = make_poller(
+        stack, fake, hook=note, dead_letter_queue_url=queue, max_record_retry_seconds=30, botocore_max_attempts=1
+    )
+    throttled_grants(poller)
+    summary = poller.run(until_idle=True)
+
+    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    body = json.loads(messages[0]["Body"])
+    assert len(messages) == 1 and body["sequenceNumber"] == numbers[2]
+    assert "ThrottlingException" in body["error"]
+    assert body["attempts"] == len(attempts) == summary.failed + 1
+    assert [dead for _, dead in attempts] == [False] * (len(attempts) - 1) + [True]
+    assert attempts[-1][0] - attempts[0][0] >= 30 > attempts[-2][0] - attempts[0][0]
+    assert (summary.dead_lettered, summary.blocked) == (1, [])
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+    assert stuck["grantId"] in stack.grant_ids()  # left for the redrive
+    assert stack.objects(after["scratchPrefix"]) == []
+
+
+def test_without_a_queue_a_record_failing_transiently_past_max_record_retry_seconds_blocks_the_shard(stack, caplog):
+    stack.put_session("stuck")
+    after = stack.put_session("after", grant=False)
+    stack.delete("stuck")
+    stack.delete("after")
+    numbers = sequence_numbers(stack)
+    fake = FakeTime()
+    poller = make_poller(stack, fake, max_record_retry_seconds=30, botocore_max_attempts=1)
+    throttled_grants(poller)
+
+    summary = poller.run(until_idle=True)
+
+    assert summary.blocked == [numbers[2]]
+    assert fake.now - 1000 >= 30
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[1]
+    assert any(r.levelname == "ERROR" and "DEAD_LETTER_QUEUE_URL is not set" in r.getMessage() for r in caplog.records)
+    assert stack.objects(after["scratchPrefix"]) == []
+
+
+def test_run_until_idle_ends_with_exit_1_naming_a_record_that_kept_failing_transiently(stack, aws):
+    stack.put_session("stuck")
+    stack.delete("stuck")
+    stuck = sequence_numbers(stack)[-1]
+    plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        env = worker_command_env(stack, aws, proxy.url, MAX_RECORD_RETRY_SECONDS="1", BOTOCORE_MAX_ATTEMPTS="1")
+        command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, "--until-idle"]
+        result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 1, result.stderr[-2000:]
+    stopped = [json.loads(line) for line in result.stderr.splitlines() if '"poller stopped"' in line]
+    assert stopped[0]["summary"]["blocked"] == [stuck]
+    assert plan.by_call[("kms", "RetireGrant", "throttle")] > 1
+
+
+def worker_command_env(stack: Any, aws: Any, endpoint_url: str, **settings: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        **aws.environment(),
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "CHECKPOINT_TABLE": f"ckpt-{stack.table}",
+        "RETRY_MAX_WAIT_SECONDS": "0.05",
+        "METRICS_DESTINATION": "off",
+        **settings,
+    }
+
+
+@pytest.mark.parametrize("operation", ["DescribeTable", "Query"])
+def test_a_throttled_checkpoint_table_is_waited_out(stack, operation):
+    item = stack.put_session("a")
+    stack.delete("a")
+    poller = make_poller(stack, botocore_max_attempts=1)
+    throttled = Faults(poller.runtime.clients.dynamodb, operation, "ThrottlingException", times=12)
+
+    summary = poller.run(until_idle=True)
+
+    assert throttled.remaining == 0
+    assert summary.records == 2
+    assert_cleaned(stack, item)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+class ChildOnly(LineageStreams):
+    """The same stream once its parent shard has left it (trimmed 24 h after it closed)."""
+
+    def describe_stream(self, StreamArn: str, **_: Any) -> dict[str, Any]:
+        return {"StreamDescription": {"Shards": [{"ShardId": self.CHILD, "SequenceNumberRange": {}}]}}
+
+
+def test_a_throttled_forget_of_a_vanished_shard_is_retried(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(2):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    make_poller(stack, streams=LineageStreams(records[:4], records[4:])).run(until_idle=True)
+    stack.delete("s2")
+    records += stack.new_records()
+    poller = make_poller(stack, streams=ChildOnly([], records[4:]), botocore_max_attempts=1, shard_discovery_seconds=1)
+    throttled = Faults(poller.runtime.clients.dynamodb, "TransactWriteItems", "ThrottlingException", times=6)
+
+    summary = poller.run(until_idle=True)
+
+    assert throttled.remaining == 0
+    assert checkpoint(stack, LineageStreams.PARENT) is None
+    assert checkpoint(stack, LineageStreams.CHILD)["sequenceNumber"]["S"] == records[-1]["dynamodb"]["SequenceNumber"]
+    assert summary.lost == []
+    assert_cleaned(stack, *items)
+
+
+def test_when_the_last_checkpoint_cannot_be_written_on_the_way_out_the_poller_says_so_and_stops(stack, caplog):
+    items = [stack.put_session(f"s{n}") for n in range(2)]
+    for n in range(2):
+        stack.delete(f"s{n}")
+    poller: StreamPoller | None = None
+
+    def sigterm_and_a_failing_table(_shard: str, _outcomes: list[Any]) -> None:
+        assert poller is not None
+        poller.request_stop()  # what SIGTERM does
+        Faults(poller.runtime.clients.dynamodb, "TransactWriteItems", "InternalServerError", status=500, times=10**9)
+
+    poller = make_poller(stack, hook=sigterm_and_a_failing_table, botocore_max_attempts=1)
+    summary = poller.run(until_idle=True)
+
+    assert summary.records == 4 and summary.checkpoints == {}
+    assert checkpoint(stack) is None
+    said = [r for r in caplog.records if "will be read again" in r.getMessage()]
+    assert len(said) == 1 and said[0].shardId == only_shard(stack)
+    resumed = make_poller(stack).run(until_idle=True)
+    assert resumed.records == 4  # read again, not lost
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
+@pytest.mark.parametrize(
+    ("operation", "permissions"),
+    [
+        ("DescribeTable", ["dynamodb:DescribeTable"]),
+        ("CreateTable", ["dynamodb:CreateTable"]),
+        ("Query", ["dynamodb:Query"]),
+        ("TransactWriteItems", ["dynamodb:PutItem", "dynamodb:ConditionCheckItem"]),
+        ("GetItem", ["dynamodb:GetItem"]),
+        ("UpdateItem", ["dynamodb:UpdateItem"]),
+    ],
+)
+def test_a_checkpoint_table_denied_to_the_worker_ends_run_with_exit_2_and_one_line(stack, aws, operation, permissions):
+    stack.put_session("a")
+    stack.delete("a")
+    plan = FaultPlan(rate=0.0, rates={f"dynamodb:{operation}": 1.0}, kinds=("access-denied",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        env = worker_command_env(stack, aws, proxy.url)
+        command = [sys.executable, "-m", "worker.cli", "run", "--stream-arn", stack.stream_arn, "--until-idle"]
+        result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [json.loads(line) for line in result.stderr.splitlines() if '"level": "ERROR"' in line]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert f"ckpt-{stack.table}" in errors[0]["message"]
+    assert all(permission in errors[0]["message"] for permission in permissions)
+    assert plan.injected == {"access-denied": 1}
+
+
+def test_a_dry_run_consumes_nothing_and_a_later_enforce_run_cleans_everything(stack):
+    sqs = stack.runtime().clients.sqs
+    queue = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    stack.put_session("bad", extra=UNSAFE)
+    for session in ("s0", "bad", "s1", "s2"):
+        stack.delete(session)
+    numbers = sequence_numbers(stack)
+    settings = {"dead_letter_queue_url": queue, "max_record_attempts": 1, "batch_size": 3}
+
+    dry = make_poller(stack, cleanup_mode="dry-run", **settings).run(until_idle=True)
+
+    assert (dry.records, dry.failed, dry.dead_lettered, dry.blocked, dry.checkpoints) == (len(numbers), 1, 0, [], {})
+    assert checkpoint(stack) is None
+    assert sqs.receive_message(QueueUrl=queue).get("Messages", []) == []
+    assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items)
+    assert {item["grantId"] for item in items} <= stack.grant_ids()
+
+    enforce = make_poller(stack, **settings).run(until_idle=True)
+
+    assert (enforce.records, enforce.dead_lettered) == (len(numbers), 1)
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == numbers[-1]
+
+
+def test_a_dry_run_reads_a_child_shard_after_its_parent_and_marks_neither(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(3):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    streams = LineageStreams(records[:4], records[4:])
+
+    summary = make_poller(stack, streams=streams, batch_size=2, cleanup_mode="dry-run").run(until_idle=True)
+
+    assert summary.finished_shards == [LineageStreams.PARENT] and summary.records == len(records)
+    assert streams.reads[-1] == LineageStreams.CHILD
+    assert checkpoint(stack, LineageStreams.PARENT) is None and checkpoint(stack, LineageStreams.CHILD) is None
+    assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items)
+
+
+def test_a_dry_run_keeps_the_checkpoint_of_a_vanished_shard(stack):
+    stack.put_session("a")
+    stack.delete("a")
+    records = stack.new_records()
+    make_poller(stack, streams=LineageStreams(records[:1], records[1:])).run(until_idle=True)
+
+    make_poller(stack, streams=ChildOnly([], records[1:]), cleanup_mode="dry-run").run(until_idle=True)
+
+    assert checkpoint(stack, LineageStreams.PARENT)["finished"]["BOOL"] is True

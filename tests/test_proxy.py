@@ -70,6 +70,24 @@ def test_throttling_is_answered_in_the_services_own_protocol(stack, proxy, plan,
     assert plan.injected == {"throttle": 1}
 
 
+@pytest.mark.parametrize(
+    ("service", "code", "status"), [("dynamodb", "AccessDeniedException", 400), ("s3", "AccessDenied", 403)]
+)
+def test_access_denied_is_answered_in_the_services_own_protocol(stack, proxy, plan, service, code, status) -> None:
+    plan.rate, plan.kinds = 1.0, ("access-denied",)
+    calls = {
+        "dynamodb": lambda c: c.get_item(TableName=stack.table, Key=stack.key("x")),
+        "s3": lambda c: c.list_objects_v2(Bucket=stack.bucket),
+    }
+
+    with pytest.raises(ClientError) as raised:
+        calls[service](proxied(service, proxy.url))
+
+    assert raised.value.response["Error"]["Code"] == code
+    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+    assert plan.injected == {"access-denied": 1}
+
+
 def test_a_reset_reaches_the_client_as_a_closed_connection(stack, proxy, plan) -> None:
     plan.rate, plan.kinds = 1.0, ("reset",)
 

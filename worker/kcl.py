@@ -9,10 +9,12 @@ Guarantees, per shard:
 * The checkpoint never passes a record that is not clean. After every attempt at a batch it moves to the last record
   before the first one still failing.
 * Failed records are retried in place with backoff: amazon_kclpy acknowledges a batch even when the processor
-  raises, so the processor itself must not return before its records are clean. A permanent failure goes to
-  DEAD_LETTER_QUEUE_URL on its MAX_RECORD_ATTEMPTS-th attempt and the shard moves on; transient failures are retried
-  without limit. Every retry logs and counts ``RecordsRetried``; a permanent failure with no queue to take it logs
-  an error and counts ``RecordsStuck`` on every attempt (the same rules and metrics as the stream poller).
+  raises, so the processor itself must not return before its records are clean. The core's rules apply, as in the
+  stream poller (``cleanup.inplace``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent failure, or once
+  it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves on; with no
+  queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt.
+* A dry run (CLEANUP_MODE=dry-run) checkpoints nothing, SHARD_END included, and dead-letters nothing: each record is
+  tried once and a failure reported, so the records are delivered again to the next (enforce) processor.
 * stdout carries the protocol and nothing else: file descriptor 1 is handed to the protocol and then pointed at
   stderr, where logs and metrics go, so a stray print (ours or a library's) cannot corrupt the protocol.
 """
@@ -26,16 +28,16 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
 from typing import IO, Any
 
-from cleanup.pipeline import Incoming, announce_retry, run_batch
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from cleanup.inplace import Backoff, InPlaceBatch, consumes
+from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
-from schemas.outcomes import Outcome
 from schemas.records import Source, UnreadableRecord, read_record
 
-MAX_BACKOFF_SECONDS = 60.0
 CHECKPOINT_TRIES = 6
 RETRYABLE_CHECKPOINT_ERRORS = frozenset({"ThrottlingException", "KinesisClientLibDependencyException"})
 FINAL_CHECKPOINT_ERRORS = frozenset({"ShutdownException", "InvalidStateException"})
@@ -89,32 +91,29 @@ class ShardCleaner:
         self.clean_through: tuple[str, int] | None = None  # the last record known clean (sequence, sub-sequence)
         self.all_clean = True  # False once a batch was left with records not clean
         self.can_checkpoint = True
+        self.dry_run = not consumes(runtime.settings)  # checkpoints nothing: the records are delivered again
 
     # The protocol's messages.
     def initialize(self, initialize_input: Any) -> None:
         self.shard_id = initialize_input.shard_id
         log.info("shard assigned", extra={"shardId": self.shard_id, "from": initialize_input.sequence_number})
+        if self.dry_run:
+            log.info("dry run: no checkpoint will be written", extra={"shardId": self.shard_id})
 
     def process_records(self, process_records_input: Any) -> None:
         """Clean the batch, retrying in place, and checkpoint behind the clean records."""
         delivered = list(process_records_input.records)
-        records = [decode(record) for record in delivered]
+        batch = InPlaceBatch([decode(record) for record in delivered], self.runtime)
         checkpointer = process_records_input.checkpointer
-        pending = list(range(len(records)))  # records not yet clean; a retry runs only these, in order
-        checkpointed, attempt = 0, 0
-        while pending and self.can_checkpoint:
-            attempt += 1
-            outcomes = dict(zip(pending, self._attempt([records[i] for i in pending], attempt), strict=True))
-            pending = [i for i in pending if outcomes[i].failed and not outcomes[i].dead_lettered]
-            clean = pending[0] if pending else len(records)  # every record before the first pending one is clean
-            if clean > checkpointed:
-                last = delivered[clean - 1]
+        while not batch.finished and self.can_checkpoint:
+            attempt = batch.attempt(shardId=self.shard_id)
+            if attempt.checkpoint is not None:
+                last = delivered[attempt.checkpoint]
                 self.clean_through = (last.sequence_number, last.sub_sequence_number)
                 self._checkpoint(checkpointer, *self.clean_through)
-                checkpointed = clean
-            if pending:
-                self._before_retry([outcomes[i] for i in pending], attempt)
-        self.all_clean = self.all_clean and not pending
+            if not batch.finished:
+                time.sleep(batch.wait())
+        self.all_clean = self.all_clean and batch.finished
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         # Another worker owns the shard now and resumes from the last checkpoint: checkpointing is no longer allowed.
@@ -123,6 +122,9 @@ class ShardCleaner:
 
     def shard_ended(self, shard_ended_input: Any) -> None:
         """Checkpoint SHARD_END, which lets the child shards start, only when every record of this shard is clean."""
+        if self.dry_run:
+            log.info("dry run: shard ended; SHARD_END not checkpointed", extra={"shardId": self.shard_id})
+            return
         if not self.all_clean:
             log.error(
                 "shard ended with records not clean; SHARD_END not checkpointed, the shard will be processed again",
@@ -138,42 +140,47 @@ class ShardCleaner:
             self._checkpoint(shutdown_requested_input.checkpointer, *self.clean_through)
         log.info("shutdown requested", extra={"shardId": self.shard_id, "cleanThrough": self._clean_sequence()})
 
-    # One attempt at what is left of a batch.
-    def _attempt(self, records: Sequence[Incoming], attempt: int) -> list[Outcome]:
-        """Process the records; from their MAX_RECORD_ATTEMPTS-th attempt on, dead-letter the permanent failures."""
-        return run_batch(records, self.runtime, attempts={record.sequence_number: attempt for record in records})
-
-    def _before_retry(self, failed: list[Outcome], attempt: int) -> None:
-        """Say so on every attempt (log line and metrics), then wait out the backoff."""
-        tries = {outcome.sequence_number: attempt for outcome in failed}
-        announce_retry(failed, tries, self.runtime, shardId=self.shard_id)
-        self.runtime.metrics.flush()
-        time.sleep(backoff(attempt, self.runtime.settings.retry_max_wait_seconds / 4))
-
     # Checkpoints.
     def _checkpoint(self, checkpointer: Any, sequence_number: str | None, sub_sequence_number: int | None) -> None:
         """Checkpoint, retrying throttling; after a shutdown or invalid-state answer, never checkpoint again."""
         from amazon_kclpy.checkpoint_error import CheckpointError
 
-        for attempt in range(1, CHECKPOINT_TRIES + 1):
-            if not self.can_checkpoint:
-                return
-            try:
-                checkpointer.checkpoint(sequence_number, sub_sequence_number)
-                return
-            except CheckpointError as exc:
-                error = str(exc.value)
-            extra = {"shardId": self.shard_id, "sequenceNumber": sequence_number, "error": error, "attempt": attempt}
-            if error in FINAL_CHECKPOINT_ERRORS:
+        if not self.can_checkpoint or self.dry_run:
+            return
+
+        def retryable(exc: BaseException) -> bool:
+            return isinstance(exc, CheckpointError) and str(exc.value) in RETRYABLE_CHECKPOINT_ERRORS
+
+        def throttled(state: RetryCallState) -> None:
+            log.warning("checkpoint throttled; retrying", extra=self._checkpoint_line(state, sequence_number))
+
+        retrying = Retrying(
+            retry=retry_if_exception(retryable),
+            stop=stop_after_attempt(CHECKPOINT_TRIES),
+            wait=Backoff(self.runtime.settings),
+            before_sleep=throttled,
+            reraise=True,
+        )
+        try:
+            retrying(checkpointer.checkpoint, sequence_number, sub_sequence_number)
+        except CheckpointError as exc:
+            extra = {"shardId": self.shard_id, "sequenceNumber": sequence_number, "error": str(exc.value)}
+            if str(exc.value) in FINAL_CHECKPOINT_ERRORS:
                 self.can_checkpoint = False
                 log.warning("checkpointing stopped: the shard is being handed over or shut down", extra=extra)
-                return
-            if error not in RETRYABLE_CHECKPOINT_ERRORS:
+            elif str(exc.value) in RETRYABLE_CHECKPOINT_ERRORS:
+                log.error("checkpoint still throttled; the next one covers these records", extra=extra)
+            else:
                 log.error("checkpoint refused; the next checkpoint covers these records", extra=extra)
-                return
-            log.warning("checkpoint throttled; retrying", extra=extra)
-            time.sleep(backoff(attempt, self.runtime.settings.retry_max_wait_seconds / 4))
-        log.error("checkpoint still throttled; the next one covers these records", extra={"shardId": self.shard_id})
+
+    def _checkpoint_line(self, state: RetryCallState, sequence_number: str | None) -> dict[str, Any]:
+        error = state.outcome.exception() if state.outcome is not None else None
+        return {
+            "shardId": self.shard_id,
+            "sequenceNumber": sequence_number,
+            "error": str(getattr(error, "value", error)),
+            "attempt": state.attempt_number,
+        }
 
     def _clean_sequence(self) -> str | None:
         return self.clean_through[0] if self.clean_through else None
@@ -192,8 +199,3 @@ def decode(record: Any) -> Incoming:
             sequence_number=sequence_number, error=f"record data is not base64 JSON: {exc}", raw=record.data
         )
     return read_record(payload, Source.KINESIS, sequence_number=sequence_number)
-
-
-def backoff(attempt: int, base_seconds: float) -> float:
-    """The wait after try ``attempt``: doubling from ``base_seconds``, capped (one shard per process: no jitter)."""
-    return float(min(MAX_BACKOFF_SECONDS, base_seconds * 2 ** (attempt - 1)))

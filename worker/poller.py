@@ -10,13 +10,14 @@ import argparse
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from cleanup.exceptions import CheckpointTableError
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from worker.signals import shutdown_on_signals
 from worker.stream_poller import StreamPoller
 
 EXIT_BLOCKED = 1
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # also a checkpoint table the worker may not use: a configuration error, not a crash
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         with shutdown_on_signals(poller.request_stop, runtime.settings.shutdown_grace_seconds):
             summary = poller.run(until_idle=args.until_idle)
+    except CheckpointTableError as exc:
+        log.error(str(exc), extra={"table": runtime.settings.checkpoint_table})  # one line, with the fix
+        return EXIT_USAGE
     finally:
         runtime.close()
     log.info("poller stopped", extra={"summary": summary.as_dict()})

@@ -17,18 +17,16 @@ from typing import Any
 
 from cleanup.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.exceptions import IteratorExpiredError, LeaseLostError, TransientError, TrimmedDataError
+from cleanup.inplace import Backoff, InPlaceBatch
 from cleanup.lease import Heartbeat, Lease
-from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.shards import describe_shards, read_page, shard_iterator, startable
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
 from schemas.settings import StartPosition
+from worker.poll_checkpoints import PollCheckpoints, Stopped
 from worker.poll_state import Cursor, PollSummary, RecordHandler
-
-RETRY_BASE_SECONDS = 0.5
-RETRY_MAX_SECONDS = 60.0
 
 BeforeCheckpoint = Callable[[str, list[Outcome]], None]
 
@@ -66,9 +64,10 @@ class StreamPoller:
         self._stopping = threading.Event()
         self._sleep = sleep or self._stopping.wait
         self._handler = RecordHandler(runtime, self.summary, before_checkpoint)
+        self._backoff = Backoff(settings)
         self._cursors: dict[str, Cursor] = {}
         self._finished: set[str] = set()
-        self._saved: dict[str, Checkpoint] = {}
+        self._checkpoints = PollCheckpoints(self.store, settings, self._stopping, self._wait)
         self._rediscover = True
 
     def request_stop(self) -> None:
@@ -76,9 +75,14 @@ class StreamPoller:
         self._stopping.set()
 
     def run(self, *, until_idle: bool = False) -> PollSummary:
-        """Stand by for the lease, then consume until stopped (or until every shard is drained, with ``until_idle``)."""
-        ensure_table(self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table)
+        """Stand by for the lease, then consume until stopped (or until every shard is drained, with ``until_idle``).
+
+        Raises:
+            CheckpointTableError: the checkpoint table refuses the worker (e.g. a missing permission).
+        """
         try:
+            dynamodb, table = self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table
+            self._checkpoints.persist("DescribeTable", lambda: ensure_table(dynamodb, table))
             while self._await_lease():
                 try:
                     with Heartbeat(self.lease):
@@ -90,15 +94,14 @@ class StreamPoller:
                     self._cursors.clear()
                     if until_idle:
                         break
+        except Stopped:
+            log.warning("stopped before the checkpoint table answered", extra={"consumer": self.consumer_id})
         finally:
             self.lease.release()
-        self.summary.checkpoints = {s: c.sequence_number for s, c in self._saved.items() if c.sequence_number}
+        saved = self._checkpoints.saved
+        self.summary.checkpoints = {s: c.sequence_number for s, c in saved.items() if c.sequence_number}
         self.summary.blocked = [
-            r.sequence_number
-            for c in self._cursors.values()
-            if c.exhausted
-            for r in c.pending
-            if r.sequence_number not in c.done
+            number for c in self._cursors.values() if c.exhausted and c.batch for number in c.batch.waiting
         ]
         return self.summary
 
@@ -124,8 +127,8 @@ class StreamPoller:
 
     # The loop.
     def _consume(self, until_idle: bool) -> None:
-        self._saved = self.store.load()
-        self._finished = {shard for shard, checkpoint in self._saved.items() if checkpoint.finished}
+        saved = self._checkpoints.load()
+        self._finished = {shard for shard, checkpoint in saved.items() if checkpoint.finished}
         next_discovery = self._clock()
         while not self._stopping.is_set():
             if self._rediscover or self._clock() >= next_discovery:
@@ -140,7 +143,7 @@ class StreamPoller:
                 continue
             self._ensure_lease()
             self._step(min(ready, key=lambda c: c.not_before))
-        self._save_all()
+        self._checkpoints.save_last((c.shard_id, c.checkpoint) for c in self._cursors.values())
 
     def _wait(self, seconds: float) -> None:
         end = self._clock() + max(0.0, seconds)
@@ -154,29 +157,29 @@ class StreamPoller:
             shards = describe_shards(self._streams, self.stream_arn)
         except TransientError as exc:
             log.warning("DescribeStream failed; will retry", extra={"error": str(exc)})
-            self._wait(RETRY_BASE_SECONDS)
+            self._wait(self._backoff.seconds(1))
             return
         self._forget_vanished({shard.shard_id for shard in shards})
         for shard in startable(shards, self._finished, self._cursors):
-            saved = self._saved.get(shard.shard_id)
+            saved = self._checkpoints.saved.get(shard.shard_id)
             self._cursors[shard.shard_id] = Cursor(shard, saved.sequence_number if saved else None)
             log.info("shard started", extra={"shardId": shard.shard_id, "parentShardId": shard.parent_id})
         self._rediscover = False
 
     def _forget_vanished(self, listed: set[str]) -> None:
-        for shard_id, saved in list(self._saved.items()):
+        for shard_id, saved in list(self._checkpoints.saved.items()):
             if shard_id in listed:
                 continue
             if not saved.finished:
                 self._report_lost(shard_id, saved.sequence_number, None)
-            self.store.forget(shard_id)
-            del self._saved[shard_id]
+            if not self._checkpoints.forget(shard_id):
+                return  # stopping: the next consumer forgets it (and reports its loss again)
 
     # One shard's step.
     def _step(self, cursor: Cursor) -> None:
         try:
-            if cursor.pending:
-                self._handle(cursor, cursor.pending)
+            if cursor.batch is not None:
+                self._handle(cursor)
             elif cursor.ended:
                 self._finish(cursor)
             else:
@@ -188,7 +191,7 @@ class StreamPoller:
             if isinstance(exc, TrimmedDataError):
                 cursor.iterator = None
             cursor.failures += 1
-            cursor.not_before = self._clock() + backoff(cursor.failures)
+            cursor.not_before = self._clock() + self._backoff.seconds(cursor.failures)
             log.warning("shard read failed; backing off", extra={"shardId": cursor.shard_id, "error": str(exc)})
 
     def _read(self, cursor: Cursor) -> None:
@@ -211,7 +214,8 @@ class StreamPoller:
         # GetRecords records do not name their stream; Lambda adds eventSourceARN, and so do we (the table is in it).
         records = [read_record({**raw, "eventSourceARN": self.stream_arn}, Source.STREAMS) for raw in page.records]
         self.summary.records += len(records)
-        self._handle(cursor, records)
+        cursor.batch = InPlaceBatch(records, self.runtime, self._clock)
+        self._handle(cursor)
 
     def _iterator(self, cursor: Cursor) -> str:
         # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
@@ -222,21 +226,22 @@ class StreamPoller:
             cursor.trimmed_after = cursor.checkpoint
             return shard_iterator(self._streams, self.stream_arn, cursor.shard_id, None, StartPosition.TRIM_HORIZON)
 
-    def _handle(self, cursor: Cursor, records: list[Any]) -> None:
-        clean_through = self._handler.handle(cursor, records)
+    def _handle(self, cursor: Cursor) -> None:
+        assert cursor.batch is not None
+        clean_through = self._handler.handle(cursor)
         if clean_through is not None:
             cursor.checkpoint = clean_through
-            self._save(cursor.shard_id, Checkpoint(clean_through))
-        if cursor.pending:
-            cursor.failures += 1
-            cursor.not_before = self._clock() + backoff(cursor.failures)
+            self._checkpoints.save(cursor.shard_id, Checkpoint(clean_through))
+        if not cursor.batch.finished:
+            cursor.not_before = self._clock() + cursor.batch.wait()
             return
+        cursor.batch = None
         cursor.failures, cursor.not_before = 0, self._clock()
         if cursor.ended:
             self._finish(cursor)
 
     def _finish(self, cursor: Cursor) -> None:
-        self._save(cursor.shard_id, Checkpoint(cursor.checkpoint, finished=True), strict=True)
+        self._checkpoints.save(cursor.shard_id, Checkpoint(cursor.checkpoint, finished=True), strict=True)
         self._finished.add(cursor.shard_id)
         del self._cursors[cursor.shard_id]
         self._rediscover = True  # its children may start now
@@ -244,22 +249,6 @@ class StreamPoller:
         log.info("shard finished", extra={"shardId": cursor.shard_id, "sequenceNumber": cursor.checkpoint})
 
     # Checkpoints.
-    def _save(self, shard_id: str, checkpoint: Checkpoint, *, strict: bool = False) -> None:
-        """Write a checkpoint; a transient failure is only logged (the next one carries it) unless ``strict``."""
-        try:
-            call_with_retry(lambda: self.store.save(shard_id, checkpoint), self.runtime.settings, Deadline())
-        except TransientError as exc:
-            if strict:
-                raise
-            log.warning("checkpoint not written; the next one carries it", extra={"error": str(exc)})
-            return
-        self._saved[shard_id] = checkpoint
-
-    def _save_all(self) -> None:
-        for cursor in self._cursors.values():
-            if cursor.checkpoint is not None and self._saved.get(cursor.shard_id) != Checkpoint(cursor.checkpoint):
-                self._save(cursor.shard_id, Checkpoint(cursor.checkpoint), strict=True)
-
     def _report_lost(self, shard_id: str, after: str | None, before: str | None) -> None:
         log.error(
             "records lost: trimmed from the stream before they were read",
@@ -268,8 +257,3 @@ class StreamPoller:
         self.runtime.metrics.count("RecordsLost")
         self.runtime.metrics.flush()
         self.summary.lost.append({"shardId": shard_id, "after": after, "before": before})
-
-
-def backoff(failures: int) -> float:
-    """Seconds a shard waits after its ``failures``-th failure in a row: doubling, capped."""
-    return float(min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
