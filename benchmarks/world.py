@@ -89,7 +89,7 @@ class _World:
             self.ddb.batch_write_item(RequestItems={table: requests[start : start + 25]})
 
     def _stream(self, stream_arn: str) -> list[dict[str, Any]]:
-        from cleanup.stream_reader import raw_get_records
+        from cleanup.streams.reader import raw_get_records
 
         shard = self.streams.describe_stream(StreamArn=stream_arn)["StreamDescription"]["Shards"][0]
         iterator = self.streams.get_shard_iterator(

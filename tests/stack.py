@@ -14,7 +14,7 @@ from botocore.config import Config
 
 from cleanup.clients import Clients
 from cleanup.runtime import Runtime
-from cleanup.stream_reader import raw_get_records
+from cleanup.streams.reader import raw_get_records
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.settings import Settings
 from worker.local.backend import DEFAULT_ACCOUNT_ID, LocalAws, create_session_table

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cleanup.stream_reader import raw_get_records
+from cleanup.streams.reader import raw_get_records
 from tests.stack import SessionStack
 from worker import cli
 from worker.capture import Capture

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from cleanup.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.exceptions import LeaseLostError
-from cleanup.lease import Lease
+from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
+from cleanup.streams.lease import Lease
 from tests.stack import client
 
 STREAM = "arn:aws:dynamodb:us-east-1:123456789012:table/sessions/stream/2024-01-01T00:00:00.000"

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from cleanup.checkpoints import ensure_table
-from cleanup.lease import Lease
+from cleanup.streams.checkpoints import ensure_table
+from cleanup.streams.lease import Lease
+from cleanup.streams.poller import StreamPoller
 from tests.faults import Faults
 from tests.proxy import FaultPlan, FaultProxy
-from worker.stream_poller import StreamPoller
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSAFE = {"scratchPrefix": "sessions/../other-tenant/"}

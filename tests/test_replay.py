@@ -13,8 +13,8 @@ import pytest
 
 from cleanup.clients import Clients
 from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.operations.sources import FileRecord, read_file
 from cleanup.runtime import Runtime
-from cleanup.sources import FileRecord, read_file
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack, client
 from worker import cli, replay

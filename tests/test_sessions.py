@@ -8,7 +8,14 @@ import pytest
 
 from cleanup.classify import classify
 from cleanup.exceptions import SessionExistsError
-from cleanup.sessions import create_session, end_session, expiry_bucket, expiry_buckets, session_key, touch_session
+from cleanup.expiry.write_path import (
+    create_session,
+    end_session,
+    expiry_bucket,
+    expiry_buckets,
+    session_key,
+    touch_session,
+)
 from schemas.outcomes import Reason
 from schemas.records import read_lambda_event
 from schemas.settings import AttributeNames

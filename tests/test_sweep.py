@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from cleanup.clients import Clients
+from cleanup.expiry.sweeper import Verdict, sweep
+from cleanup.expiry.write_path import create_session, expiry_bucket, touch_session
 from cleanup.runtime import Runtime
-from cleanup.sessions import create_session, expiry_bucket, touch_session
-from cleanup.sweeper import Verdict, sweep
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack
 from tests.test_sessions import add_expiry_index, get

@@ -24,7 +24,7 @@ from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
 from cleanup.actions import connection, grant, scratch
-from cleanup.sweeper import Verdict
+from cleanup.expiry.sweeper import Verdict
 from schemas.settings import CleanupMode, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,7 +222,7 @@ def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
 
 
 def test_the_sweeper_role_grants_exactly_what_the_sweeper_calls() -> None:
-    calls = aws_calls([ROOT / "worker" / "sweep.py", ROOT / "cleanup" / "sweeper.py"])
+    calls = aws_calls([ROOT / "worker" / "sweep.py", ROOT / "cleanup" / "expiry" / "sweeper.py"])
 
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS
 
@@ -282,7 +282,7 @@ def test_the_action_failures_alarm_covers_every_action() -> None:
 def test_the_sweep_failures_alarm_watches_metrics_the_sweeper_emits() -> None:
     alarm = transformed()["Resources"]["SweepFailuresAlarm"]["Properties"]
     stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
-    sweeper_source = (ROOT / "cleanup" / "sweeper.py").read_text()
+    sweeper_source = (ROOT / "cleanup" / "expiry" / "sweeper.py").read_text()
 
     for stat in stats:
         assert f'"{stat["MetricName"]}"' in sweeper_source

@@ -23,7 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code
 from cleanup.clients import Clients
-from cleanup.stream_reader import raw_get_records
+from cleanup.streams.reader import raw_get_records
 from schemas.records import sequence_number_of
 from schemas.settings import Settings
 

@@ -12,7 +12,7 @@ import sys
 from typing import ClassVar
 
 from cleanup.clients import Clients
-from cleanup.preflight import CheckResult, Target, run_checks
+from cleanup.operations.preflight import CheckResult, Target, run_checks
 from schemas.settings import Settings
 
 EXIT_OK = 0

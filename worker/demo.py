@@ -137,7 +137,7 @@ class Demo:
         return str(stream_arn), str(key_arn)
 
     def create_sessions(self, key_arn: str, settings: Any) -> None:
-        from cleanup.sessions import create_session
+        from cleanup.expiry.write_path import create_session
 
         total = sum(count for _, count in PLAN)
         progress(f"opening {total} WebSocket clients and creating their sessions ({self.objects} objects each)")
@@ -172,8 +172,8 @@ class Demo:
                 self.sessions.append(DemoSession(session_id, fate, tenant, prefix, grant_id, client, self.objects))
 
     def end_sessions(self, runtime: Any) -> None:
-        from cleanup.sessions import end_session, session_key
-        from cleanup.sweeper import sweep
+        from cleanup.expiry.sweeper import sweep
+        from cleanup.expiry.write_path import end_session, session_key
 
         ttl = [s for s in self.sessions if s.fate == "ttl"]
         progress(f"expiring {len(ttl)} sessions by TTL (a TTL delete, userIdentity dynamodb.amazonaws.com)")
@@ -187,7 +187,7 @@ class Demo:
         progress(f"sweeper: {report.summary()}")
 
     def consume(self, runtime: Any, stream_arn: str) -> None:
-        from worker.stream_poller import StreamPoller
+        from cleanup.streams.poller import StreamPoller
 
         progress("stream poller: consuming the table's stream until it is drained")
         summary = StreamPoller(runtime, stream_arn, consumer_id="demo").run(until_idle=True)

@@ -1,6 +1,6 @@
 """``cleanup-worker run``: consume a DynamoDB stream from a container, one active consumer per stream.
 
-The engine is ``worker.stream_poller.StreamPoller``; this module turns the command line and the environment into one,
+The engine is ``cleanup.streams.poller.StreamPoller``; this module turns the command line and the environment into one,
 installs the signal handlers, and turns its summary into an exit code.
 """
 
@@ -12,9 +12,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.exceptions import CheckpointTableError
 from cleanup.runtime import Runtime
+from cleanup.streams.poller import StreamPoller
 from cleanup.telemetry import log
 from worker.signals import shutdown_on_signals
-from worker.stream_poller import StreamPoller
 
 EXIT_BLOCKED = 1
 EXIT_USAGE = 2  # also a checkpoint table the worker may not use: a configuration error, not a crash

@@ -1,9 +1,10 @@
 """``cleanup-worker redrive --queue-url URL``: clean again the batches an SQS queue says failed.
 
-The queue holds Lambda on-failure destination messages or this worker's dead-letter messages (``cleanup.redrive``
-reads both). A message is deleted only once every record it names is clean; otherwise it is kept, made visible again
-at the end of the run, and reported with its failed and lost records. Redrive sends nothing to the dead-letter queue:
-the message it is redriving already holds the failure, and keeping it is what loses nothing.
+The queue holds Lambda on-failure destination messages or this worker's dead-letter messages
+(``cleanup.operations.redrive`` reads both). A message is deleted only once every record it names is clean;
+otherwise it is kept, made visible again at the end of the run, and reported with its failed and lost records.
+Redrive sends nothing to the dead-letter queue: the message it is redriving already holds the failure, and keeping
+it is what loses nothing.
 
 Exit code: 0 when every message was deleted, 1 when some were kept, 2 on usage or configuration errors.
 """
@@ -19,7 +20,7 @@ from typing import IO, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cleanup.redrive import MessageResult, redrive
+from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
 
 EXIT_OK, EXIT_KEPT, EXIT_USAGE = 0, 1, 2

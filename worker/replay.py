@@ -1,8 +1,8 @@
 """``cleanup-worker replay FILE...``: clean the sessions of records saved to files, through the same core.
 
 The files may be Lambda events, GetRecords responses, JSON lines of records (as ``capture`` writes them) or KCL
-``processRecords`` messages; ``cleanup.sources`` tells them apart. ``--dry-run`` plans without changing anything:
-the only calls made are reads (GetItem, GetBucketVersioning, the listing that counts what would be deleted).
+``processRecords`` messages; ``cleanup.operations.sources`` tells them apart. ``--dry-run`` plans without changing
+anything: the only calls made are reads (GetItem, GetBucketVersioning, the listing that counts what would be deleted).
 
 Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors.
 """
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cleanup.classify import item_key
+from cleanup.operations.sources import FileRecord, Location, Rejected, SourceFileError, read_file
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
-from cleanup.sources import FileRecord, Location, Rejected, SourceFileError, read_file
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord
 from schemas.settings import CleanupMode

@@ -1,6 +1,6 @@
 """``cleanup-worker sweep`` and the scheduled Lambda ``worker.sweep.handler``: one sweep of expired sessions.
 
-Both run :func:`cleanup.sweeper.sweep` once over ``SESSION_TABLE``. The sweep's deletes reach the usual cleanup
+Both run :func:`cleanup.expiry.sweeper.sweep` once over ``SESSION_TABLE``. The sweep's deletes reach the usual cleanup
 through the table's stream; this entry point only turns the sweep's report into an exit code or a Lambda result.
 """
 
@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 from cleanup.exceptions import MissingConfigError
+from cleanup.expiry.sweeper import sweep
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
-from cleanup.sweeper import sweep
 
 EXIT_FAILURES = 1
 EXIT_CONFIG = 2

@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code
-from cleanup.checkpoint_table import table_error
+from cleanup.streams.checkpoint_table import table_error
 from cleanup.telemetry import log
 
 LEASE_SHARD = "#lease"

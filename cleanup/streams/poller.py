@@ -2,7 +2,8 @@
 
 A shard's step is one of: retry the records still failing, read a page, or finish the closed shard. Shards take
 turns on one thread (the pipeline cleans each batch's records concurrently); a failing shard waits out its backoff
-while the others go on. Everything runs under the stream's lease (``cleanup.lease``); without it the poller stands by.
+while the others go on. Everything runs under the stream's lease (``cleanup.streams.lease``); without it the poller
+stands by.
 """
 
 from __future__ import annotations
@@ -15,18 +16,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from cleanup.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.exceptions import IteratorExpiredError, LeaseLostError, TransientError, TrimmedDataError
 from cleanup.inplace import Backoff, InPlaceBatch
-from cleanup.lease import Heartbeat, Lease
 from cleanup.runtime import Runtime
-from cleanup.shards import describe_shards, read_page, shard_iterator, startable
+from cleanup.streams.checkpointing import PollCheckpoints, Stopped
+from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
+from cleanup.streams.lease import Heartbeat, Lease
+from cleanup.streams.reader import describe_shards, read_page, shard_iterator, startable
+from cleanup.streams.shard_state import Cursor, PollSummary, RecordHandler
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
 from schemas.settings import StartPosition
-from worker.poll_checkpoints import PollCheckpoints, Stopped
-from worker.poll_state import Cursor, PollSummary, RecordHandler
 
 BeforeCheckpoint = Callable[[str, list[Outcome]], None]
 

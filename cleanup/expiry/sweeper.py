@@ -23,9 +23,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code, translate
 from cleanup.exceptions import CleanupError, MissingConfigError
+from cleanup.expiry.write_path import CONDITION_FAILED, expiry_buckets
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
-from cleanup.sessions import CONDITION_FAILED, expiry_buckets
 from cleanup.telemetry import log
 from schemas.settings import CleanupMode, Settings
 

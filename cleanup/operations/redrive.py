@@ -24,12 +24,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code, translate
-from cleanup.claim_check import StoredRecord, delete_stored, read_stored
 from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import CleanupError, PermanentError
+from cleanup.operations.claim_check import StoredRecord, delete_stored, read_stored
 from cleanup.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime
-from cleanup.stream_reader import raw_get_records
+from cleanup.streams.reader import raw_get_records
 from schemas.outcomes import Outcome
 from schemas.records import RecordError, Source, read_record, sequence_number_of
 

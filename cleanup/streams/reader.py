@@ -7,6 +7,8 @@ a child may only be read once its parent is finished, or they would be cleaned o
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws_errors import error_code, translate
 from cleanup.exceptions import IteratorExpiredError, TrimmedDataError
-from cleanup.stream_reader import raw_get_records
 from schemas.settings import StartPosition
 
 
@@ -102,3 +103,28 @@ def _call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise translate(exc, what) from exc
     except BotoCoreError as exc:
         raise translate(exc, what) from exc
+
+
+# Reading losslessly: boto3 turns ApproximateCreationDateTime into a datetime and binary values into bytes. Capture,
+# replay and the dead-letter queue want the wire JSON (base64 binary, epoch seconds), so the raw body is kept.
+_local = threading.local()
+
+
+def _keep_body(http_response: Any, **_: Any) -> None:
+    _local.body = http_response.content
+
+
+def raw_get_records(streams: Any, shard_iterator: str, limit: int | None = None) -> dict[str, Any]:
+    """GetRecords, returning the response's JSON as sent (``Records`` and ``NextShardIterator``)."""
+    event = "after-call.dynamodbstreams.GetRecords"
+    streams.meta.events.register(event, _keep_body, unique_id="cleanup-keep-body")
+    kwargs: dict[str, Any] = {"ShardIterator": shard_iterator}
+    if limit is not None:
+        kwargs["Limit"] = limit
+    _local.body = None
+    parsed = streams.get_records(**kwargs)
+    body = _local.body
+    if not body:
+        return {"Records": [], "NextShardIterator": parsed.get("NextShardIterator")}
+    raw: dict[str, Any] = json.loads(body)
+    return raw

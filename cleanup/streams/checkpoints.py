@@ -6,8 +6,8 @@ Items (hash key ``stream``: the stream ARN, range key ``shard``):
   closed and every record of it is clean: it is never read again);
 * one lease (``shard`` = ``#lease``): ``owner`` and ``version``.
 
-A checkpoint is written in one transaction with a check that its writer still owns the lease (``cleanup.lease``), so
-a consumer that lost the lease can never move a checkpoint.
+A checkpoint is written in one transaction with a check that its writer still owns the lease
+(``cleanup.streams.lease``), so a consumer that lost the lease can never move a checkpoint.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cleanup.checkpoint_table import ensure_table, table_error
 from cleanup.exceptions import LeaseLostError
-from cleanup.lease import LEASE_SHARD, Lease
+from cleanup.streams.checkpoint_table import ensure_table, table_error
+from cleanup.streams.lease import LEASE_SHARD, Lease
 
 __all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
 

@@ -16,10 +16,10 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
-from cleanup.checkpoints import Checkpoint, CheckpointStore
 from cleanup.exceptions import TransientError
 from cleanup.inplace import Backoff, consumes
 from cleanup.retry import Deadline, call_with_retry
+from cleanup.streams.checkpoints import Checkpoint, CheckpointStore
 from cleanup.telemetry import log
 from schemas.settings import Settings
 

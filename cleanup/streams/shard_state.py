@@ -15,7 +15,7 @@ from typing import Any
 from cleanup.inplace import InPlaceBatch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
-from cleanup.shards import Shard
+from cleanup.streams.reader import Shard
 from schemas.outcomes import Outcome, Status
 
 
