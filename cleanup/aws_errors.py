@@ -14,7 +14,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from cleanup.exceptions import CleanupError, PermanentError, TransientError
+from cleanup.exceptions import CleanupError, IteratorExpiredError, PermanentError, TransientError, TrimmedDataError
 
 THROTTLING_CODES = frozenset(
     {
@@ -55,6 +55,13 @@ TRANSIENT_CODES = THROTTLING_CODES | frozenset(
 )
 
 
+# DynamoDB Streams' two positions that cannot be read (any more): each has its own remedy.
+STREAM_CODES: dict[str, type[TransientError]] = {
+    "ExpiredIteratorException": IteratorExpiredError,  # open a new iterator where reading stopped
+    "TrimmedDataAccessException": TrimmedDataError,  # past the 24 h retention: start over, reporting the gap
+}
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -72,6 +79,8 @@ def translate(exc: Exception, what: str) -> CleanupError:
     if isinstance(exc, ClientError):
         code, status = error_code(exc), status_code(exc)
         message = f"{what}: {code or status} {exc.response.get('Error', {}).get('Message', '')}".rstrip()
+        if code in STREAM_CODES:
+            return STREAM_CODES[code](message)
         if is_transient_code(code, status):
             return TransientError(message)
         return PermanentError(message)

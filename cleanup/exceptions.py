@@ -1,4 +1,8 @@
-"""The worker's errors. Every botocore error is translated into one of these at the call that raised it.
+"""The worker's errors, all in one tree.
+
+botocore's errors are translated into these where the worker makes a call (``cleanup.calls.call``, through
+``cleanup.aws_errors.translate``); the few callers that must read an error code themselves (a checkpoint that lost
+its lease, a sweep's conditional delete) translate the rest the same way.
 
 ::
 
@@ -7,7 +11,7 @@
     │     │ (throttling, 5xx, timeouts, connection resets, S3 per-key InternalError/SlowDown)
     │     ├── OutOfTimeError          the deadline leaves no time for the call (or its next try): nothing is lost,
     │     │                           the record is reported and cleaned on its next delivery
-    │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: get a new one from the checkpoint
+    │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: open a new one where reading stopped
     │     └── TrimmedDataError        a stream position older than the 24 h retention: records were lost
     └── PermanentError                retrying cannot help: dead-letter it, or report it failed
           ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
@@ -15,9 +19,20 @@
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
           ├── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
-          └── CheckpointTableError    the checkpoint table refused a call (a missing permission...): the consumer stops
+          ├── CheckpointTableError    the checkpoint table refused a call (a missing permission...): the consumer stops
+          ├── StreamNotFoundError     the table has no stream, or the stream (or shard) no longer exists
+          ├── MessageFormatError      redrive: a message that is neither an on-failure nor a dead-letter message
+          └── SourceFileError         replay: a file that is missing, not JSON, or of no known shape
     LeaseLostError                    another consumer owns the stream now: stop reading and checkpointing at once
+    StopRequested                     the consumer was asked to stop while it waited on a failing dependency
     ConfigurationError                a setting in the environment is invalid: nothing runs until it is fixed
+
+    Raised by ``schemas`` (the data layer, which imports nothing of ``cleanup``), and turned into the above where a
+    record is read:
+    ValueError
+    ├── AttributeDecodeError          an AttributeValue DynamoDB could not have produced (names its path)
+    ├── SessionItemError              a session attribute of the wrong type
+    └── RecordError                   a record that is not a stream record (with its sequence number when known)
 
 "Already done" is not an error: a 410 GoneException, a grant that is not found, or an empty prefix are successes,
 returned as ``ActionStatus.ALREADY_DONE`` by the action itself.
@@ -67,15 +82,31 @@ class CheckpointTableError(PermanentError):
 
 
 class IteratorExpiredError(TransientError):
-    """A shard iterator expired (ExpiredIteratorException): read again from the checkpoint."""
+    """A shard iterator expired (ExpiredIteratorException): open a new one where reading stopped."""
 
 
 class TrimmedDataError(TransientError):
     """A stream position is past the stream's retention (TrimmedDataAccessException)."""
 
 
+class StreamNotFoundError(PermanentError):
+    """A table without a stream, or a stream or shard that no longer exists."""
+
+
+class MessageFormatError(PermanentError):
+    """A message that is neither an on-failure destination message nor a dead-letter message."""
+
+
+class SourceFileError(PermanentError):
+    """A file that cannot be read at all: missing, not JSON, or of no known shape."""
+
+
 class LeaseLostError(Exception):
     """The consumer lease of a stream is held by another consumer (not a record's error: it stops the consumer)."""
+
+
+class StopRequested(Exception):
+    """Asked to stop while a dependency (the checkpoint table) was still failing."""
 
 
 class ConfigurationError(Exception):

@@ -15,20 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code
 from cleanup.clients import Clients
-from cleanup.streams.reader import raw_get_records
-from schemas.records import sequence_number_of
+from cleanup.exceptions import CleanupError, StreamNotFoundError
+from cleanup.streams.reader import Shard, ShardReader, latest_stream_arn, list_shards
+from cleanup.telemetry import log
 from schemas.settings import Settings
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EMPTY_READS_AT_END = 3  # an open shard can answer empty before its newest records; a few empty reads end it
+from worker.exit_codes import ExitCode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,40 +41,22 @@ def main(args: argparse.Namespace) -> int:
     clients = Clients(settings)
     streams = clients.get("dynamodbstreams")
     try:
-        stream_arn = args.stream_arn or latest_stream(clients.dynamodb, args.table_name)
+        stream_arn = args.stream_arn or latest_stream_arn(clients.dynamodb, args.table_name)
         stop = threading.Event()
         if args.follow:
             _stop_on_signals(stop)
         with args.out.open("w", encoding="utf-8") as out:
             capture = Capture(streams, stream_arn, args.start.upper().replace("-", "_"), _writer(out))
             capture.run(follow=args.follow, stop=stop, poll_seconds=settings.poll_interval_seconds)
-    except StreamNotFound as exc:
+    except StreamNotFoundError as exc:
         print(f"cleanup-worker capture: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (ClientError, BotoCoreError) as exc:
+        return ExitCode.USAGE
+    except CleanupError as exc:
         print(f"cleanup-worker capture: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    shards = len(capture.shards)
+        return ExitCode.FAILED
+    shards = len(capture.readers)
     print(f"captured {capture.count} records from {shards} shard{'s' * (shards != 1)} of {stream_arn} into {args.out}")
-    return EXIT_OK
-
-
-class StreamNotFound(LookupError):
-    """The table has no stream, or the stream does not exist."""
-
-
-def latest_stream(dynamodb: Any, table: str) -> str:
-    """The ARN of ``table``'s current stream."""
-    try:
-        description = dynamodb.describe_table(TableName=table)["Table"]
-    except ClientError as exc:
-        if error_code(exc) == "ResourceNotFoundException":
-            raise StreamNotFound(f"table {table!r} does not exist") from exc
-        raise
-    arn = description.get("LatestStreamArn")
-    if not arn or not description.get("StreamSpecification", {}).get("StreamEnabled"):
-        raise StreamNotFound(f"table {table!r} has no stream enabled")
-    return str(arn)
+    return ExitCode.OK
 
 
 def _writer(out: IO[str]) -> Callable[[list[dict[str, Any]]], None]:
@@ -95,22 +72,13 @@ def _stop_on_signals(stop: threading.Event) -> None:
         signal.signal(signum, lambda *_: stop.set())
 
 
-@dataclass
-class _Shard:
-    shard_id: str
-    parent: str | None
-    iterator: str | None = None
-    last: str | None = None
-    empty_reads: int = 0
-    closed: bool = False
-
-
 class Capture:
     """Reads every shard of one stream, parents before children, handing each page's raw records to ``sink``."""
 
     def __init__(self, streams: Any, stream_arn: str, start: str, sink: Callable[[list[dict[str, Any]]], None]) -> None:
         self.streams, self.stream_arn, self.start, self.sink = streams, stream_arn, start, sink
-        self.shards: dict[str, _Shard] = {}
+        self.shards: dict[str, Shard] = {}
+        self.readers: dict[str, ShardReader] = {}
         self.count = 0
 
     def run(
@@ -122,69 +90,43 @@ class Capture:
             if time.monotonic() - discovered_at >= discover_seconds or not self.shards:
                 self.discover()
                 discovered_at = time.monotonic()
-            read = sum(self._read(shard) for shard in self._ready(follow))
-            if not follow and all(self._drained(shard) for shard in self.shards.values()):
+            read = sum(self._read(reader) for reader in self._ready(follow))
+            if not follow and all(reader.drained for reader in self.readers.values()):
                 return
             if not read:
                 stop.wait(poll_seconds)
 
     def discover(self) -> None:
-        """Add the stream's shards not seen yet (DescribeStream, every page)."""
-        kwargs: dict[str, Any] = {"StreamArn": self.stream_arn}
-        while True:
-            try:
-                description = self.streams.describe_stream(**kwargs)["StreamDescription"]
-            except ClientError as exc:
-                if error_code(exc) == "ResourceNotFoundException":
-                    raise StreamNotFound(f"stream {self.stream_arn} does not exist") from exc
-                raise
-            for shard in description.get("Shards", []):
-                self.shards.setdefault(shard["ShardId"], _Shard(shard["ShardId"], shard.get("ParentShardId")))
-            last = description.get("LastEvaluatedShardId")
-            if not last:
-                return
-            kwargs["ExclusiveStartShardId"] = last
+        """Add the stream's shards not seen yet; a child is read whole, whatever ``--from`` said."""
+        listed = list_shards(self.streams, self.stream_arn)
+        ids = {shard.shard_id for shard in listed}
+        for shard in listed:
+            if shard.shard_id not in self.shards:
+                self.shards[shard.shard_id] = shard
+                start = "TRIM_HORIZON" if shard.parent_id in ids else self.start
+                self.readers[shard.shard_id] = ShardReader(self.streams, self.stream_arn, shard.shard_id, start=start)
 
-    def _ready(self, follow: bool) -> list[_Shard]:
+    def _ready(self, follow: bool) -> list[ShardReader]:
         # A child waits until its parent (if still in the stream) is read to its end.
         return [
-            shard
-            for shard in self.shards.values()
-            if not shard.closed
-            and (follow or not self._drained(shard))
-            and (shard.parent not in self.shards or self.shards[shard.parent].closed)
+            reader
+            for shard_id, reader in self.readers.items()
+            if not reader.ended
+            and (follow or not reader.drained)
+            and self._parent_ended(self.shards[shard_id].parent_id)
         ]
 
-    @staticmethod
-    def _drained(shard: _Shard) -> bool:
-        return shard.closed or shard.empty_reads >= EMPTY_READS_AT_END
+    def _parent_ended(self, parent: str | None) -> bool:
+        return parent not in self.readers or self.readers[parent].ended
 
-    def _read(self, shard: _Shard) -> int:
-        if shard.iterator is None:
-            shard.iterator = self._iterator(shard)
-        try:
-            page = raw_get_records(self.streams, shard.iterator)
-        except ClientError as exc:
-            if error_code(exc) != "ExpiredIteratorException":
-                raise
-            shard.iterator = self._iterator(shard)  # resume after the last record written
-            return 0
-        records = page.get("Records", [])
-        shard.iterator = page.get("NextShardIterator")
-        shard.closed = shard.iterator is None
-        shard.empty_reads = 0 if records else shard.empty_reads + 1
+    def _read(self, reader: ShardReader) -> int:
+        records = reader.read().records
+        if reader.gap_after is not None:
+            log.error(
+                "records trimmed before they were read", extra={"shardId": reader.shard_id, "after": reader.gap_after}
+            )
+            reader.gap_after = None
         if records:
             self.sink(records)
             self.count += len(records)
-            shard.last = sequence_number_of(records[-1]) or shard.last
         return len(records)
-
-    def _iterator(self, shard: _Shard) -> str:
-        kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": shard.shard_id}
-        if shard.last:
-            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=shard.last)
-        elif shard.parent in self.shards:
-            kwargs["ShardIteratorType"] = "TRIM_HORIZON"  # a child is read whole, whatever --from said
-        else:
-            kwargs["ShardIteratorType"] = self.start
-        return str(self.streams.get_shard_iterator(**kwargs)["ShardIterator"])

@@ -14,9 +14,7 @@ from typing import ClassVar
 from cleanup.clients import Clients
 from cleanup.operations.preflight import CheckResult, Target, run_checks
 from schemas.settings import Settings
-
-EXIT_OK = 0
-EXIT_FAILED = 1
+from worker.exit_codes import ExitCode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         print(format_line(result))
     failed = sum(not result.passed for result in results)
     print(f"{len(results) - failed} passed, {failed} failed", file=sys.stderr)
-    return EXIT_FAILED if failed else EXIT_OK
+    return ExitCode.FAILED if failed else ExitCode.OK
 
 
 def target_from(args: argparse.Namespace, settings: Settings) -> Target:

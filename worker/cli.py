@@ -17,8 +17,7 @@ from pydantic import ValidationError
 
 from cleanup.exceptions import ConfigurationError
 from schemas.settings import configuration_problems
-
-EXIT_USAGE = 2
+from worker.exit_codes import ExitCode
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("worker.demo", "run the demo on an embedded moto server and a local WebSocket gateway"),
@@ -55,12 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except ValidationError as exc:  # the settings, read from the environment by the command
         print(f"cleanup-worker {args.command}: {ConfigurationError(configuration_problems(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except ConfigurationError as exc:
         print(f"cleanup-worker {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

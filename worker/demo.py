@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.exit_codes import ExitCode
+
 PLAN = (("ttl", 4), ("explicit", 3), ("sweep", 3), ("live", 2))
 EXPECTED_REASON = {"ttl": "ttl", "explicit": "explicit", "sweep": "expired", "live": None}
 
@@ -227,4 +229,4 @@ class Demo:
         )
         if bad:
             print(f"NOT CLEAN: {', '.join(bad)}")
-        return 1 if bad else 0
+        return ExitCode.FAILED if bad else ExitCode.OK

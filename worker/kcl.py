@@ -37,6 +37,7 @@ from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.records import Source, UnreadableRecord, read_record
+from worker.exit_codes import ExitCode
 
 CHECKPOINT_TRIES = 6
 RETRYABLE_CHECKPOINT_ERRORS = frozenset({"ThrottlingException", "KinesisClientLibDependencyException"})
@@ -58,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
         kcl.KCLProcess(record_processor(runtime), input_file=sys.stdin, output_file=protocol).run()
     finally:
         runtime.close()
-    return 0
+    return ExitCode.OK
 
 
 def _claim_stdout() -> IO[str]:
@@ -71,16 +72,16 @@ def _claim_stdout() -> IO[str]:
 
 
 def record_processor(runtime: Runtime) -> Any:
-    """A ``ShardCleaner`` that is also an amazon_kclpy v3 ``RecordProcessorBase`` (imported only when needed)."""
+    """A ``ShardProcessor`` that is also an amazon_kclpy v3 ``RecordProcessorBase`` (imported only when needed)."""
     from amazon_kclpy.v3 import processor
 
-    class CleanupRecordProcessor(ShardCleaner, processor.RecordProcessorBase):  # type: ignore[misc]
-        """The v3 record processor: every method comes from ``ShardCleaner``."""
+    class CleanupRecordProcessor(ShardProcessor, processor.RecordProcessorBase):  # type: ignore[misc]
+        """The v3 record processor: every method comes from ``ShardProcessor``."""
 
     return CleanupRecordProcessor(runtime)
 
 
-class ShardCleaner:
+class ShardProcessor:
     """Cleans one shard's records and checkpoints behind them (the methods of amazon_kclpy's v3 interface)."""
 
     version = 3

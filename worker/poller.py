@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.exceptions import CheckpointTableError
+from cleanup.exceptions import CheckpointTableError, CleanupError
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
+from cleanup.streams.reader import latest_stream_arn
 from cleanup.telemetry import log
+from worker.exit_codes import ExitCode
 from worker.signals import shutdown_on_signals
-
-EXIT_BLOCKED = 1
-EXIT_USAGE = 2  # also a checkpoint table the worker may not use: a configuration error, not a crash
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,34 +34,18 @@ def main(args: argparse.Namespace) -> int:
     """Run the poller until SIGTERM/SIGINT (or, with ``--until-idle``, until the stream is drained)."""
     runtime = Runtime.from_env()
     try:
-        stream_arn = args.stream_arn or latest_stream_arn(runtime, args.table_name)
-    except LookupError as exc:
+        stream_arn = args.stream_arn or latest_stream_arn(runtime.clients.dynamodb, args.table_name)
+    except CleanupError as exc:  # no such table or stream, or the table cannot be described
         log.error(str(exc))
-        return EXIT_USAGE
+        return ExitCode.USAGE
     poller = StreamPoller(runtime, stream_arn, consumer_id=args.consumer_id)
     try:
         with shutdown_on_signals(poller.request_stop, runtime.settings.shutdown_grace_seconds):
             summary = poller.run(until_idle=args.until_idle)
     except CheckpointTableError as exc:
         log.error(str(exc), extra={"table": runtime.settings.checkpoint_table})  # one line, with the fix
-        return EXIT_USAGE
+        return ExitCode.USAGE
     finally:
         runtime.close()
     log.info("poller stopped", extra={"summary": summary.as_dict()})
-    return EXIT_BLOCKED if summary.blocked else 0
-
-
-def latest_stream_arn(runtime: Runtime, table: str) -> str:
-    """The ARN of ``table``'s current stream.
-
-    Raises:
-        LookupError: the table does not exist, cannot be described, or has no stream.
-    """
-    try:
-        description = runtime.clients.dynamodb.describe_table(TableName=table)["Table"]
-    except (ClientError, BotoCoreError) as exc:
-        raise LookupError(f"cannot describe table {table}: {exc}") from exc
-    arn = description.get("LatestStreamArn")
-    if not arn or not description.get("StreamSpecification", {}).get("StreamEnabled", True):
-        raise LookupError(f"table {table} has no stream: enable one with StreamViewType NEW_AND_OLD_IMAGES")
-    return str(arn)
+    return ExitCode.FAILED if summary.blocked else ExitCode.OK

@@ -22,8 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
-
-EXIT_OK, EXIT_KEPT, EXIT_USAGE = 0, 1, 2
+from worker.exit_codes import ExitCode
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,11 +87,11 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
                 kept.append(message["ReceiptHandle"])
     except (ClientError, BotoCoreError) as exc:
         print(f"cleanup-worker redrive: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, ClientError) and not report.messages else EXIT_KEPT
+        return ExitCode.USAGE if isinstance(exc, ClientError) and not report.messages else ExitCode.FAILED
     finally:
         _release(sqs, args.queue_url, kept)
     _print(report, out, as_json=args.as_json)
-    return EXIT_KEPT if any(not result.clean for _, result in report.messages) else EXIT_OK
+    return ExitCode.FAILED if any(not result.clean for _, result in report.messages) else ExitCode.OK
 
 
 def _messages(sqs: Any, queue_url: str, wait_seconds: int) -> Any:

@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cleanup.classify import item_key
-from cleanup.operations.sources import FileRecord, Location, Rejected, SourceFileError, read_file
+from cleanup.exceptions import SourceFileError
+from cleanup.operations.sources import FileRecord, Location, Rejected, read_file
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord
 from schemas.settings import CleanupMode
+from worker.exit_codes import ExitCode
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 PROGRESS_FROM = 500  # records; shorter files finish before a bar would help
 
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
         entries = [entry for path in args.files for entry in read_file(path)]
     except SourceFileError as exc:
         print(f"cleanup-worker replay: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     records = [entry for entry in entries if isinstance(entry, FileRecord)]
     report = Report(rejected=[entry for entry in entries if isinstance(entry, Rejected)])
     report.results = replay(records, runtime, Progress(len(records), sys.stderr))
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
         print(json.dumps(report.summary(plan=dry_run)), file=out)
     else:
         print_table(report, out)
-    return EXIT_FAILED if report.failures() else EXIT_OK
+    return ExitCode.FAILED if report.failures() else ExitCode.OK
 
 
 def replay(

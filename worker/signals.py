@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from cleanup.telemetry import log
-
-EXIT_FORCED = 1
+from worker.exit_codes import ExitCode
 
 
 @contextmanager
@@ -43,4 +42,4 @@ def shutdown_on_signals(stop: Callable[[], None], grace_seconds: float) -> Itera
 
 def _force_exit(grace_seconds: float) -> None:
     log.error("shutdown grace period over; exiting without waiting", extra={"graceSeconds": grace_seconds})
-    os._exit(EXIT_FORCED)
+    os._exit(ExitCode.FAILED)

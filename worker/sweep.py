@@ -15,9 +15,7 @@ from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
-
-EXIT_FAILURES = 1
-EXIT_CONFIG = 2
+from worker.exit_codes import ExitCode
 
 _runtime: Runtime | None = None
 
@@ -57,8 +55,8 @@ def main(args: argparse.Namespace) -> int:
         report = sweep(runner, page_size=args.page_size)
     except MissingConfigError as exc:
         print(f"cleanup-worker sweep: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.USAGE
     finally:
         runner.close()
     print(json.dumps(report.summary()))
-    return 0 if report.ok else EXIT_FAILURES
+    return ExitCode.OK if report.ok else ExitCode.FAILED

@@ -21,24 +21,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code, translate
 from cleanup.deadletter import MESSAGE_FORMAT
-from cleanup.exceptions import CleanupError, PermanentError
+from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundError
 from cleanup.operations.claim_check import StoredRecord, delete_stored, read_stored
 from cleanup.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime
-from cleanup.streams.reader import raw_get_records
+from cleanup.streams.reader import ShardReader, list_shards
 from schemas.outcomes import Outcome
 from schemas.records import RecordError, Source, read_record, sequence_number_of
-
-EMPTY_READS_AT_END = 3  # an open shard can answer empty before records that are there
-GONE_CODES = frozenset({"ResourceNotFoundException", "TrimmedDataAccessException"})
-
-
-class MessageFormatError(PermanentError):
-    """A message that is neither an on-failure destination message nor a dead-letter message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,29 +159,36 @@ def _stored(message: dict[str, Any]) -> StoredRecord:
 def read_range(streams: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
     """The records of ``batch`` still in the stream, the ranges that are not, and how many records are missing.
 
+    The range is read from ``startSequenceNumber`` (or the shard's first record, if later) up to
+    ``endSequenceNumber``, compared as integers; a start the stream no longer holds reads what is left of the shard.
+
     Raises:
         TransientError / PermanentError: the stream could not be read (other than being gone).
     """
     start, end = int(batch.start), int(batch.end)
-    first = _shard_start(streams, batch)
-    if first is None:
+    try:
+        shard = next((s for s in list_shards(streams, batch.stream_arn) if s.shard_id == batch.shard_id), None)
+        if shard is None:
+            raise StreamNotFoundError(f"shard {batch.shard_id} is no longer in {batch.stream_arn}")
+        at = str(max(start, int(shard.first or 0)))
+        found = _read_to(ShardReader(streams, batch.stream_arn, batch.shard_id, at=at), start, end)
+    except StreamNotFoundError:
         return [], [Lost(batch.start, batch.end, "the stream or its shard no longer exists")], batch.size or 0
-    iterator = _iterator(streams, batch, str(max(start, first)))
-    found: list[dict[str, Any]] = []
-    empty = 0
-    while iterator and empty < EMPTY_READS_AT_END:
-        page = _get_records(streams, iterator)
-        iterator, records = page.get("NextShardIterator"), page.get("Records", [])
-        empty = 0 if records else empty + 1
-        numbers = [(int(sequence_number_of(raw) or 0), raw) for raw in records]
-        found += [raw for number, raw in numbers if start <= number <= end]
-        if any(number >= end for number, _ in numbers):
-            break
     # Lambda records name their stream; so do these, so that the core knows their table.
     records = [read_record({**raw, "eventSourceARN": batch.stream_arn}, Source.LAMBDA) for raw in found]
     lost = _lost(batch, [int(sequence_number_of(raw) or 0) for raw in found])
     missing = max(0, batch.size - len(found)) if batch.size else 0
     return records, lost, missing
+
+
+def _read_to(reader: ShardReader, start: int, end: int) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    while not reader.drained:
+        numbers = [(int(sequence_number_of(raw) or 0), raw) for raw in reader.read().records]
+        found += [raw for number, raw in numbers if start <= number <= end]
+        if any(number >= end for number, _ in numbers):
+            break
+    return found
 
 
 def _lost(batch: BatchRange, numbers: list[int]) -> list[Lost]:
@@ -204,51 +201,3 @@ def _lost(batch: BatchRange, numbers: list[int]) -> list[Lost]:
     if numbers[-1] != end:
         lost.append(Lost(str(numbers[-1] + 1), batch.end, "not found in the stream"))
     return lost
-
-
-def _shard_start(streams: Any, batch: BatchRange) -> int | None:
-    """The shard's first sequence number, or None when the stream or the shard is gone."""
-    kwargs: dict[str, Any] = {"StreamArn": batch.stream_arn}
-    while True:
-        description = _call(streams.describe_stream, "DescribeStream", **kwargs)
-        if description is None:
-            return None
-        for shard in description["StreamDescription"].get("Shards", []):
-            if shard["ShardId"] == batch.shard_id:
-                return int(shard["SequenceNumberRange"]["StartingSequenceNumber"])
-        last = description["StreamDescription"].get("LastEvaluatedShardId")
-        if not last:
-            return None
-        kwargs["ExclusiveStartShardId"] = last
-
-
-def _iterator(streams: Any, batch: BatchRange, at: str) -> str | None:
-    kwargs = {"StreamArn": batch.stream_arn, "ShardId": batch.shard_id}
-    answer = _call(streams.get_shard_iterator, "GetShardIterator", **kwargs, **_position(at))
-    if answer is None:  # trimmed past ``at``: read what is left of the shard, the rest is reported lost
-        answer = _call(streams.get_shard_iterator, "GetShardIterator", **kwargs, ShardIteratorType="TRIM_HORIZON")
-    return str(answer["ShardIterator"]) if answer else None
-
-
-def _position(at: str) -> dict[str, str]:
-    return {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "SequenceNumber": at}
-
-
-def _get_records(streams: Any, iterator: str) -> dict[str, Any]:
-    try:
-        return raw_get_records(streams, iterator)
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, "GetRecords") from exc
-
-
-def _call(operation: Any, name: str, **kwargs: Any) -> dict[str, Any] | None:
-    """The call's answer, or None when what it names is gone (deleted stream, trimmed records)."""
-    try:
-        answer: dict[str, Any] = operation(**kwargs)
-    except ClientError as exc:
-        if error_code(exc) in GONE_CODES:
-            return None
-        raise translate(exc, name) from exc
-    except BotoCoreError as exc:
-        raise translate(exc, name) from exc
-    return answer

@@ -25,13 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.exceptions import SourceFileError
 from schemas.records import RecordError, Source, StreamRecord, UnreadableRecord, read_record
 
 Incoming = StreamRecord | UnreadableRecord
-
-
-class SourceFileError(ValueError):
-    """A file that cannot be read at all: missing, not JSON, or of no known shape."""
 
 
 @dataclass(frozen=True, slots=True)

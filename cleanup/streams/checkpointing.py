@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
-from cleanup.exceptions import TransientError
+from cleanup.exceptions import StopRequested, TransientError
 from cleanup.inplace import Backoff, consumes
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore
@@ -24,10 +24,6 @@ from cleanup.telemetry import log
 from schemas.settings import Settings
 
 T = TypeVar("T")
-
-
-class Stopped(Exception):
-    """Asked to stop while the checkpoint table was still failing."""
 
 
 class PollCheckpoints:
@@ -49,7 +45,7 @@ class PollCheckpoints:
         """Call the checkpoint table until it answers; throttling and server errors back off and are tried again.
 
         Raises:
-            Stopped: asked to stop before it answered.
+            StopRequested: asked to stop before it answered.
             CheckpointTableError: a permanent error, not retried.
         """
 
@@ -69,7 +65,7 @@ class PollCheckpoints:
         try:
             return retrying(call)
         except TransientError as exc:
-            raise Stopped(operation) from exc
+            raise StopRequested(operation) from exc
 
     def load(self) -> dict[str, Checkpoint]:
         """Read every shard's checkpoint, waiting for the table as long as it fails (raises as ``persist``)."""
@@ -119,7 +115,7 @@ class PollCheckpoints:
             return True
         try:
             self.persist("TransactWriteItems", lambda: self.store.forget(shard_id))
-        except Stopped:
+        except StopRequested:
             return False
         del self.saved[shard_id]
         return True

@@ -16,14 +16,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from cleanup.exceptions import IteratorExpiredError, LeaseLostError, TransientError, TrimmedDataError
+from cleanup.exceptions import LeaseLostError, StopRequested, TransientError
 from cleanup.inplace import Backoff, InPlaceBatch
 from cleanup.runtime import Runtime
-from cleanup.streams.checkpointing import PollCheckpoints, Stopped
+from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Heartbeat, Lease
-from cleanup.streams.reader import describe_shards, read_page, shard_iterator, startable
-from cleanup.streams.shard_state import Cursor, PollSummary, RecordHandler
+from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, ShardReader, list_shards, startable
+from cleanup.streams.shard_state import BatchAttempts, Cursor, PollSummary
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
@@ -64,7 +64,7 @@ class StreamPoller:
         self._clock = clock
         self._stopping = threading.Event()
         self._sleep = sleep or self._stopping.wait
-        self._handler = RecordHandler(runtime, self.summary, before_checkpoint)
+        self._handler = BatchAttempts(runtime, self.summary, before_checkpoint)
         self._backoff = Backoff(settings)
         self._cursors: dict[str, Cursor] = {}
         self._finished: set[str] = set()
@@ -95,7 +95,7 @@ class StreamPoller:
                     self._cursors.clear()
                     if until_idle:
                         break
-        except Stopped:
+        except StopRequested:
             log.warning("stopped before the checkpoint table answered", extra={"consumer": self.consumer_id})
         finally:
             self.lease.release()
@@ -135,7 +135,7 @@ class StreamPoller:
             if self._rediscover or self._clock() >= next_discovery:
                 self._discover()
                 next_discovery = self._clock() + self.runtime.settings.shard_discovery_seconds
-            if until_idle and not self._rediscover and all(c.drained or c.exhausted for c in self._cursors.values()):
+            if until_idle and not self._rediscover and all(c.idle for c in self._cursors.values()):
                 break
             ready = [c for c in self._cursors.values() if c.not_before <= self._clock()]
             if not ready:
@@ -155,7 +155,7 @@ class StreamPoller:
 
     def _discover(self) -> None:
         try:
-            shards = describe_shards(self._streams, self.stream_arn)
+            shards = list_shards(self._streams, self.stream_arn)
         except TransientError as exc:
             log.warning("DescribeStream failed; will retry", extra={"error": str(exc)})
             self._wait(self._backoff.seconds(1))
@@ -163,7 +163,21 @@ class StreamPoller:
         self._forget_vanished({shard.shard_id for shard in shards})
         for shard in startable(shards, self._finished, self._cursors):
             saved = self._checkpoints.saved.get(shard.shard_id)
-            self._cursors[shard.shard_id] = Cursor(shard, saved.sequence_number if saved else None)
+            checkpoint = saved.sequence_number if saved else None
+            # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
+            start = StartPosition.TRIM_HORIZON if shard.parent_id else self.runtime.settings.start_position
+            limit = self.runtime.settings.batch_size
+            idle = IDLE_AFTER_EMPTY_READS
+            reader = ShardReader(
+                self._streams,
+                self.stream_arn,
+                shard.shard_id,
+                after=checkpoint,
+                start=start,
+                limit=limit,
+                empty_reads_at_end=idle,
+            )
+            self._cursors[shard.shard_id] = Cursor(shard, checkpoint, reader)
             log.info("shard started", extra={"shardId": shard.shard_id, "parentShardId": shard.parent_id})
         self._rediscover = False
 
@@ -181,51 +195,33 @@ class StreamPoller:
         try:
             if cursor.batch is not None:
                 self._handle(cursor)
-            elif cursor.ended:
+            elif cursor.reader.ended:
                 self._finish(cursor)
             else:
                 self._read(cursor)
-        except IteratorExpiredError:
-            log.info("shard iterator expired; reading again from the checkpoint", extra={"shardId": cursor.shard_id})
-            cursor.iterator = None
         except TransientError as exc:
-            if isinstance(exc, TrimmedDataError):
-                cursor.iterator = None
             cursor.failures += 1
             cursor.not_before = self._clock() + self._backoff.seconds(cursor.failures)
             log.warning("shard read failed; backing off", extra={"shardId": cursor.shard_id, "error": str(exc)})
 
     def _read(self, cursor: Cursor) -> None:
-        if cursor.iterator is None:
-            cursor.iterator = self._iterator(cursor)
-        page = read_page(self._streams, cursor.iterator, self.runtime.settings.batch_size)
-        cursor.iterator, cursor.failures = page.next_iterator, 0
-        cursor.ended = page.next_iterator is None
-        if cursor.trimmed_after is not None:
+        reader = cursor.reader
+        page = reader.read()
+        cursor.failures = 0
+        if reader.gap_after is not None:
             first = page.records[0].get("dynamodb", {}).get("SequenceNumber") if page.records else None
-            self._report_lost(cursor.shard_id, cursor.trimmed_after, first)
-            cursor.trimmed_after = None
+            self._report_lost(cursor.shard_id, reader.gap_after, first)
+            reader.gap_after = None
         if not page.records:
-            cursor.drained = not cursor.ended
             cursor.not_before = self._clock() + self.runtime.settings.poll_interval_seconds
-            if cursor.ended:
+            if reader.ended:
                 self._finish(cursor)
             return
-        cursor.drained = False
         # GetRecords records do not name their stream; Lambda adds eventSourceARN, and so do we (the table is in it).
         records = [read_record({**raw, "eventSourceARN": self.stream_arn}, Source.STREAMS) for raw in page.records]
         self.summary.records += len(records)
         cursor.batch = InPlaceBatch(records, self.runtime, self._clock)
         self._handle(cursor)
-
-    def _iterator(self, cursor: Cursor) -> str:
-        # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
-        start = StartPosition.TRIM_HORIZON if cursor.shard.parent_id else self.runtime.settings.start_position
-        try:
-            return shard_iterator(self._streams, self.stream_arn, cursor.shard_id, cursor.checkpoint, start)
-        except TrimmedDataError:
-            cursor.trimmed_after = cursor.checkpoint
-            return shard_iterator(self._streams, self.stream_arn, cursor.shard_id, None, StartPosition.TRIM_HORIZON)
 
     def _handle(self, cursor: Cursor) -> None:
         assert cursor.batch is not None
@@ -238,7 +234,7 @@ class StreamPoller:
             return
         cursor.batch = None
         cursor.failures, cursor.not_before = 0, self._clock()
-        if cursor.ended:
+        if cursor.reader.ended:
             self._finish(cursor)
 
     def _finish(self, cursor: Cursor) -> None:

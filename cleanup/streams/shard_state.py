@@ -15,7 +15,7 @@ from typing import Any
 from cleanup.inplace import InPlaceBatch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
-from cleanup.streams.reader import Shard
+from cleanup.streams.reader import Shard, ShardReader
 from schemas.outcomes import Outcome, Status
 
 
@@ -48,15 +48,12 @@ class Cursor:
     shard: Shard
     checkpoint: str | None
     """Everything up to here is clean (written to the checkpoint table, or about to be; a dry run's, in memory only)."""
-    iterator: str | None = None
+    reader: ShardReader
     batch: InPlaceBatch | None = None
     """The batch being retried in place, until every record of it is clean or given up; no reading before."""
     not_before: float = 0.0
     failures: int = 0
     """Failed reads in a row."""
-    drained: bool = False
-    ended: bool = False
-    trimmed_after: str | None = None
 
     @property
     def shard_id(self) -> str:
@@ -67,9 +64,14 @@ class Cursor:
         """A record given up, with nowhere to dead-letter it, holds the shard."""
         return self.batch is not None and self.batch.stuck
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to do until new records arrive: drained with no batch in flight, or held by a stuck record."""
+        return self.exhausted or (self.batch is None and self.reader.drained)
 
-class RecordHandler:
-    """Cleans a shard's batch, dead-letters what is due, and says how far the shard is clean."""
+
+class BatchAttempts:
+    """Runs one attempt at a shard's batch (``InPlaceBatch``), keeps the tally, and says how far the shard is clean."""
 
     def __init__(
         self, runtime: Runtime, summary: PollSummary, before_checkpoint: Callable[[str, list[Outcome]], None] | None
