@@ -14,7 +14,15 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from cleanup.exceptions import CleanupError, IteratorExpiredError, PermanentError, TransientError, TrimmedDataError
+from cleanup.exceptions import (
+    AccessDeniedError,
+    CleanupError,
+    ConditionFailedError,
+    IteratorExpiredError,
+    PermanentError,
+    TransientError,
+    TrimmedDataError,
+)
 
 THROTTLING_CODES = frozenset(
     {
@@ -62,6 +70,19 @@ STREAM_CODES: dict[str, type[TransientError]] = {
 }
 
 
+ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
+
+
+def _condition_failed(exc: ClientError) -> bool:
+    """A conditional write that failed its condition, alone or inside a transaction."""
+    if error_code(exc) == "ConditionalCheckFailedException":
+        return True
+    reasons = exc.response.get("CancellationReasons") or []
+    return error_code(exc) == "TransactionCanceledException" and any(
+        reason.get("Code") == "ConditionalCheckFailed" for reason in reasons
+    )
+
+
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -81,6 +102,10 @@ def translate(exc: Exception, what: str) -> CleanupError:
         message = f"{what}: {code or status} {exc.response.get('Error', {}).get('Message', '')}".rstrip()
         if code in STREAM_CODES:
             return STREAM_CODES[code](message)
+        if code in ACCESS_DENIED_CODES:
+            return AccessDeniedError(message)
+        if _condition_failed(exc):
+            return ConditionFailedError(message, exc.response.get("Item"))
         if is_transient_code(code, status):
             return TransientError(message)
         return PermanentError(message)

@@ -14,6 +14,8 @@ its lease, a sweep's conditional delete) translate the rest the same way.
     │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: open a new one where reading stopped
     │     └── TrimmedDataError        a stream position older than the 24 h retention: records were lost
     └── PermanentError                retrying cannot help: dead-letter it, or report it failed
+          ├── AccessDeniedError       the role may not make this call (the message names it)
+          ├── ConditionFailedError    a conditional write found the item otherwise (``item``: what is there now)
           ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
           ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
@@ -40,6 +42,8 @@ returned as ``ActionStatus.ALREADY_DONE`` by the action itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CleanupError(Exception):
     """Base of the worker's own errors."""
@@ -51,6 +55,21 @@ class TransientError(CleanupError):
 
 class PermanentError(CleanupError):
     """Will fail again however often it is tried; needs a person or a fix."""
+
+
+class AccessDeniedError(PermanentError):
+    """The worker's role is not allowed to make the call."""
+
+
+class ConditionFailedError(PermanentError):
+    """A conditional write (or a transaction's condition) did not hold: the item is not as the writer expected.
+
+    ``item`` is the item as it is now, when the call asked for it (``ReturnValuesOnConditionCheckFailure``).
+    """
+
+    def __init__(self, message: str, item: Any = None) -> None:
+        super().__init__(message)
+        self.item = item
 
 
 class UnsafePrefixError(PermanentError):

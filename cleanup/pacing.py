@@ -37,6 +37,7 @@ MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not 
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
 RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carries x-amz-retry-after
 _SLOT = "cleanup.pacing.slot"
+_LONG_POLL = "cleanup.pacing.long_poll"
 
 deadline_var: ContextVar[Any] = ContextVar("cleanup_deadline", default=None)
 """The deadline of the call in progress on this thread (a ``cleanup.retry.Deadline``), bound by ``calls.call``."""
@@ -99,6 +100,7 @@ class Pacer:
 
     def attach(self, client: Any) -> None:
         """Pace every request ``client`` sends."""
+        client.meta.events.register("before-parameter-build", _note_long_poll)
         client.meta.events.register("before-send", self._before_send)
         client.meta.events.register_first("needs-retry", self._after_attempt)
 
@@ -116,6 +118,7 @@ class Pacer:
             raise OutOfTimeError(f"{operation}: no {service} capacity came free before the deadline")
         request.context[_SLOT] = (gate, taken_in)
         limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
+        limit += request.context.get(_LONG_POLL, 0)  # a long poll (SQS WaitTimeSeconds) answers at its end
         request.context["read_timeout"] = min(limit, remaining - (time.monotonic() - started) - self.connect_timeout)
 
     def _after_attempt(
@@ -136,6 +139,12 @@ class Pacer:
                 operation = kwargs["event_name"].rsplit(".", 1)[-1]
                 why = caught_exception or _error_code(response) or _status(response)
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
+
+
+def _note_long_poll(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    wait = params.get("WaitTimeSeconds")
+    if isinstance(wait, int) and wait > 0:
+        context[_LONG_POLL] = wait
 
 
 def _status(response: Any) -> int:

@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
+from cleanup.calls import call
+from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
 from worker.exit_codes import ExitCode
@@ -82,12 +82,13 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
             result = redrive(message["Body"], runtime)
             report.messages.append((message["MessageId"], result))
             if result.clean:
-                sqs.delete_message(QueueUrl=args.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                receipt = message["ReceiptHandle"]
+                call(sqs.delete_message, "DeleteMessage", None, QueueUrl=args.queue_url, ReceiptHandle=receipt)
             else:
                 kept.append(message["ReceiptHandle"])
-    except (ClientError, BotoCoreError) as exc:
+    except CleanupError as exc:
         print(f"cleanup-worker redrive: {exc}", file=sys.stderr)
-        return ExitCode.USAGE if isinstance(exc, ClientError) and not report.messages else ExitCode.FAILED
+        return ExitCode.USAGE if isinstance(exc, PermanentError) and not report.messages else ExitCode.FAILED
     finally:
         _release(sqs, args.queue_url, kept)
     _print(report, out, as_json=args.as_json)
@@ -98,7 +99,14 @@ def _messages(sqs: Any, queue_url: str, wait_seconds: int) -> Any:
     """Every message on the queue once: stops at the first receive that brings none not already seen."""
     seen: set[str] = set()
     while True:
-        answer = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait_seconds)
+        answer = call(
+            sqs.receive_message,
+            "ReceiveMessage",
+            None,
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=wait_seconds,
+        )
         fresh = [m for m in answer.get("Messages", []) if m["MessageId"] not in seen]
         if not fresh:
             return
@@ -111,8 +119,15 @@ def _release(sqs: Any, queue_url: str, receipts: list[str]) -> None:
     # Kept messages are made visible again now, so that the next run (or a person) sees them at once.
     # A failure here is harmless: the message becomes visible anyway when its visibility timeout ends.
     for receipt in receipts:
-        with contextlib.suppress(ClientError, BotoCoreError):
-            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        with contextlib.suppress(CleanupError):
+            call(
+                sqs.change_message_visibility,
+                "ChangeMessageVisibility",
+                None,
+                QueueUrl=queue_url,
+                ReceiptHandle=receipt,
+                VisibilityTimeout=0,
+            )
 
 
 def _print(report: Report, out: IO[str], *, as_json: bool) -> None:

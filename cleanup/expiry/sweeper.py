@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code, translate
-from cleanup.exceptions import CleanupError, MissingConfigError
-from cleanup.expiry.write_path import CONDITION_FAILED, expiry_buckets
+from cleanup.calls import call
+from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError
+from cleanup.expiry.write_path import expiry_buckets
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
@@ -143,18 +141,15 @@ def _expired_in(
         request["Limit"] = page_size
     found: list[Expired] = []
     while True:
-        page = call_with_retry(lambda: _query(runtime, request), runtime.settings, deadline)
+        page = call_with_retry(lambda: _query(runtime, request, deadline), runtime.settings, deadline)
         found += [_expired(item, runtime.settings) for item in page.get("Items", [])]
         if "LastEvaluatedKey" not in page:
             return found
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def _query(runtime: Runtime, request: dict[str, Any]) -> dict[str, Any]:
-    try:
-        page: dict[str, Any] = runtime.clients.dynamodb.query(**request)
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, "Query") from exc
+def _query(runtime: Runtime, request: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+    page: dict[str, Any] = call(runtime.clients.dynamodb.query, "Query", deadline, **request)
     return page
 
 
@@ -171,7 +166,7 @@ def _remove(runtime: Runtime, table: str, expired: Expired, now: int, deadline: 
     if deadline.remaining() <= 0:
         return Verdict.DEFERRED
     try:
-        verdict = call_with_retry(lambda: _delete(runtime, table, expired, now), runtime.settings, deadline)
+        verdict = call_with_retry(lambda: _delete(runtime, table, expired, now, deadline), runtime.settings, deadline)
     except CleanupError as exc:
         log.warning("sweep delete failed", extra={"table": table, "key": _key_text(expired), "error": str(exc)})
         return Verdict.FAILED
@@ -180,10 +175,13 @@ def _remove(runtime: Runtime, table: str, expired: Expired, now: int, deadline: 
     return verdict
 
 
-def _delete(runtime: Runtime, table: str, expired: Expired, now: int) -> Verdict:
+def _delete(runtime: Runtime, table: str, expired: Expired, now: int, deadline: Deadline) -> Verdict:
     names = runtime.settings.attributes
     try:
-        runtime.clients.dynamodb.delete_item(
+        call(
+            runtime.clients.dynamodb.delete_item,
+            "DeleteItem",
+            deadline,
             TableName=table,
             Key=expired.key,
             ConditionExpression="#ttl = :read AND #ttl < :now",
@@ -192,12 +190,8 @@ def _delete(runtime: Runtime, table: str, expired: Expired, now: int) -> Verdict
             # Tells a refreshed session (item returned) from one already deleted (none), at no extra call.
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-    except ClientError as exc:
-        if error_code(exc) == CONDITION_FAILED:
-            return Verdict.KEPT if exc.response.get("Item") else Verdict.GONE
-        raise translate(exc, "DeleteItem") from exc
-    except BotoCoreError as exc:
-        raise translate(exc, "DeleteItem") from exc
+    except ConditionFailedError as exc:
+        return Verdict.KEPT if exc.item else Verdict.GONE
     return Verdict.SWEPT
 
 

@@ -20,17 +20,14 @@ import time
 import zlib
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code, translate
-from cleanup.exceptions import SessionExistsError
+from cleanup.calls import call
+from cleanup.exceptions import ConditionFailedError, SessionExistsError
 from schemas.settings import AttributeNames, Settings
 
 KEY_PREFIX = "session#"
 SORT_KEY = "meta"
 DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
 DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
-CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
 def session_key(session_id: str, names: AttributeNames = DEFAULT_NAMES, key_prefix: str = KEY_PREFIX) -> dict[str, Any]:
@@ -106,18 +103,17 @@ def create_session(
         **{name: value for name, value in optional.items() if value},
     }
     try:
-        ddb.put_item(
+        call(
+            ddb.put_item,
+            "PutItem",
+            None,
             TableName=table,
             Item={name: {"N": str(value)} if name == names.ttl else {"S": value} for name, value in item.items()},
             ConditionExpression="attribute_not_exists(#pk)",
             ExpressionAttributeNames={"#pk": names.pk},
         )
-    except ClientError as exc:
-        if error_code(exc) == CONDITION_FAILED:
-            raise SessionExistsError(f"session {session_id!r} already exists in {table}") from exc
-        raise translate(exc, "PutItem") from exc
-    except BotoCoreError as exc:
-        raise translate(exc, "PutItem") from exc
+    except ConditionFailedError as exc:
+        raise SessionExistsError(f"session {session_id!r} already exists in {table}") from exc
     return item
 
 
@@ -146,7 +142,10 @@ def touch_session(
     ttl = _expiry(now, ttl_seconds)
     bucket = expiry_bucket(ttl, bucket_seconds=bucket_seconds, shards=shards, session_id=session_id)
     try:
-        ddb.update_item(
+        call(
+            ddb.update_item,
+            "UpdateItem",
+            None,
             TableName=table,
             Key=session_key(session_id, names, key_prefix),
             UpdateExpression="SET #ttl = :ttl, #bucket = :bucket",
@@ -154,12 +153,8 @@ def touch_session(
             ExpressionAttributeNames={"#ttl": names.ttl, "#bucket": names.expiry_bucket, "#pk": names.pk},
             ExpressionAttributeValues={":ttl": {"N": str(ttl)}, ":bucket": {"S": bucket}},
         )
-    except ClientError as exc:
-        if error_code(exc) == CONDITION_FAILED:
-            return False
-        raise translate(exc, "UpdateItem") from exc
-    except BotoCoreError as exc:
-        raise translate(exc, "UpdateItem") from exc
+    except ConditionFailedError:
+        return False
     return True
 
 
@@ -179,12 +174,8 @@ def end_session(
     Raises:
         TransientError / PermanentError: the delete failed.
     """
-    try:
-        response = ddb.delete_item(
-            TableName=table, Key=session_key(session_id, names, key_prefix), ReturnValues="ALL_OLD"
-        )
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, "DeleteItem") from exc
+    key = session_key(session_id, names, key_prefix)
+    response = call(ddb.delete_item, "DeleteItem", None, TableName=table, Key=key, ReturnValues="ALL_OLD")
     return bool(response.get("Attributes"))
 
 

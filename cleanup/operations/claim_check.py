@@ -13,9 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code, translate
+from cleanup.calls import call
 from cleanup.deadletter import MESSAGE_FORMAT, is_object_key
 from cleanup.exceptions import PermanentError
 from cleanup.runtime import Runtime
@@ -46,17 +44,14 @@ def read_stored(runtime: Runtime, stored: StoredRecord) -> dict[str, Any]:
         TransientError: S3 could not be read now.
     """
     _check_location(runtime, stored)
-    try:
-        answer = runtime.clients.s3.get_object(Bucket=stored.bucket, Key=stored.key, **_version(stored))
-        if int(answer.get("ContentLength") or 0) > MAX_STORED_BYTES:
-            raise PermanentError(f"the record's object {stored} is larger than {MAX_STORED_BYTES} bytes")
-        data = answer["Body"].read()
-    except ClientError as exc:
-        if error_code(exc) in MISSING_OBJECT_CODES:
-            raise PermanentError(f"the record's object {stored} is missing ({error_code(exc)})") from exc
-        raise translate(exc, "GetObject") from exc
-    except BotoCoreError as exc:
-        raise translate(exc, "GetObject") from exc
+    s3 = runtime.clients.s3
+    where = {"Bucket": stored.bucket, "Key": stored.key, **_version(stored)}
+    answer = call(s3.get_object, "GetObject", None, gone=MISSING_OBJECT_CODES, **where)
+    if answer is None:
+        raise PermanentError(f"the record's object {stored} is missing")
+    if int(answer.get("ContentLength") or 0) > MAX_STORED_BYTES:
+        raise PermanentError(f"the record's object {stored} is larger than {MAX_STORED_BYTES} bytes")
+    data = call(answer["Body"].read, "GetObject", None)  # the body streams: reading it may fail too
     try:
         message = json.loads(data)
     except ValueError as exc:
@@ -75,10 +70,8 @@ def delete_stored(runtime: Runtime, stored: StoredRecord) -> None:
         TransientError / PermanentError: the object could not be deleted.
     """
     _check_location(runtime, stored)
-    try:
-        runtime.clients.s3.delete_object(Bucket=stored.bucket, Key=stored.key, **_version(stored))
-    except (ClientError, BotoCoreError) as exc:
-        raise translate(exc, "DeleteObject") from exc
+    where = {"Bucket": stored.bucket, "Key": stored.key, **_version(stored)}
+    call(runtime.clients.s3.delete_object, "DeleteObject", None, **where)
 
 
 def _check_location(runtime: Runtime, stored: StoredRecord) -> None:

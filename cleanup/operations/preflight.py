@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code
+from cleanup.calls import call
+from cleanup.exceptions import CleanupError
 from schemas.settings import DEAD_LETTER_OVERLAP_FIX, dead_letter_overlap
 
 OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
@@ -55,7 +54,7 @@ def run_checks(clients: Any, target: Target) -> list[CheckResult]:
     for check in CHECKS:
         try:
             result = check(clients, target)
-        except (ClientError, BotoCoreError) as exc:
+        except CleanupError as exc:
             name = check.__name__.removeprefix("check_")
             result = CheckResult(name, False, f"could not check: {exc}", "check credentials and permissions")
         if result is not None:
@@ -79,7 +78,8 @@ def check_ttl(clients: Any, target: Target) -> CheckResult:
     name = f"TTL enabled on {target.ttl_attribute!r}"
     if not target.table or _describe_table(clients, target.table) is None:
         return CheckResult(name, False, "no table to check", "fix the table first")
-    ttl = clients.dynamodb.describe_time_to_live(TableName=target.table)["TimeToLiveDescription"]
+    described = call(clients.dynamodb.describe_time_to_live, "DescribeTimeToLive", None, TableName=target.table)
+    ttl = described["TimeToLiveDescription"]
     status, attribute = ttl.get("TimeToLiveStatus", "DISABLED"), ttl.get("AttributeName")
     fix = (
         f"aws dynamodb update-time-to-live --table-name {target.table} "
@@ -136,12 +136,16 @@ def check_lifecycle(clients: Any, target: Target) -> CheckResult:
     )
     if not target.bucket or not _bucket_exists(clients, target.bucket):
         return CheckResult(name, False, "no bucket to check", "fix the bucket first")
-    try:
-        rules = clients.s3.get_bucket_lifecycle_configuration(Bucket=target.bucket).get("Rules", [])
-    except ClientError as exc:
-        if error_code(exc) != "NoSuchLifecycleConfiguration":
-            raise
+    lifecycle = call(
+        clients.s3.get_bucket_lifecycle_configuration,
+        "GetBucketLifecycleConfiguration",
+        None,
+        gone=("NoSuchLifecycleConfiguration",),
+        Bucket=target.bucket,
+    )
+    if lifecycle is None:
         return CheckResult(name, False, "the bucket has no lifecycle configuration", fix)
+    rules = lifecycle.get("Rules", [])
     covering = [rule for rule in rules if _covers(rule, target.scratch_root)]
     current = [r["ID"] for r in covering if r.get("Expiration", {}).get("Days") or r.get("Expiration", {}).get("Date")]
     noncurrent = [r["ID"] for r in covering if r.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays")]
@@ -156,12 +160,12 @@ def check_key(clients: Any, target: Target) -> CheckResult:
     name = "KMS key exists and is enabled"
     if not target.kms_key_id:
         return CheckResult(name, False, "no key configured", "set KMS_KEY_ID (the key ARN) or pass --kms-key-id")
-    try:
-        key = clients.kms.describe_key(KeyId=target.kms_key_id)["KeyMetadata"]
-    except ClientError as exc:
-        if error_code(exc) != "NotFoundException":
-            raise
+    described = call(
+        clients.kms.describe_key, "DescribeKey", None, gone=("NotFoundException",), KeyId=target.kms_key_id
+    )
+    if described is None:
         return CheckResult(name, False, f"{target.kms_key_id} not found", "fix KMS_KEY_ID")
+    key = described["KeyMetadata"]
     if key.get("KeyState") != "Enabled":
         return CheckResult(
             name, False, f"key state {key.get('KeyState')}", f"aws kms enable-key --key-id {key['KeyId']}"
@@ -218,23 +222,14 @@ CHECKS: tuple[Check, ...] = (
 
 
 def _describe_table(clients: Any, table: str | None) -> dict[str, Any] | None:
-    try:
-        description: dict[str, Any] = clients.dynamodb.describe_table(TableName=table)["Table"]
-    except ClientError as exc:
-        if error_code(exc) == "ResourceNotFoundException":
-            return None
-        raise
-    return description
+    gone = ("ResourceNotFoundException",)
+    described = call(clients.dynamodb.describe_table, "DescribeTable", None, gone=gone, TableName=table)
+    return None if described is None else dict(described["Table"])
 
 
 def _bucket_exists(clients: Any, bucket: str) -> bool:
-    try:
-        clients.s3.head_bucket(Bucket=bucket)
-    except ClientError as exc:
-        if error_code(exc) in ("404", "NoSuchBucket", "403", "AccessDenied", "Forbidden"):
-            return False
-        raise
-    return True
+    gone = ("404", "NoSuchBucket", "403", "AccessDenied", "Forbidden")
+    return call(clients.s3.head_bucket, "HeadBucket", None, gone=gone, Bucket=bucket) is not None
 
 
 def _covers(rule: dict[str, Any], root: str) -> bool:

@@ -11,14 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code, translate
-from cleanup.exceptions import CheckpointTableError, CleanupError, TransientError
+from cleanup.calls import call
+from cleanup.exceptions import AccessDeniedError, CheckpointTableError, CleanupError, TransientError
 from cleanup.telemetry import log
 
 TABLE_ACTIVE_TIMEOUT_SECONDS = 120.0
-ACCESS_DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied"})
 IAM_ACTIONS: dict[str, tuple[str, ...]] = {
     "DescribeTable": ("dynamodb:DescribeTable",),
     "CreateTable": ("dynamodb:CreateTable",),
@@ -29,21 +26,31 @@ IAM_ACTIONS: dict[str, tuple[str, ...]] = {
 """The IAM actions each call needs; a transaction needs those of its parts, given at its call."""
 
 
-def table_error(exc: Exception, table: str, operation: str, actions: Sequence[str] = ()) -> CleanupError:
-    """The worker's error for a failed call on the checkpoint table (``actions``: what it needs, if not the default).
+def table_error(error: CleanupError, table: str, operation: str, actions: Sequence[str] = ()) -> CleanupError:
+    """What a failed call on the checkpoint table means (``actions``: what it needs, if not the default).
 
     Returns:
-        TransientError for throttling, server and network errors; CheckpointTableError for anything else.
+        ``error`` itself when transient (throttling, server and network errors); otherwise a CheckpointTableError
+        naming the table and, for a denied call, the IAM actions to grant.
     """
-    error = translate(exc, operation)
     if isinstance(error, TransientError):
         return error
-    if isinstance(exc, ClientError) and error_code(exc) in ACCESS_DENIED_CODES:
+    if isinstance(error, AccessDeniedError):
         needed = " and ".join(actions or IAM_ACTIONS.get(operation, (f"dynamodb:{operation}",)))
         return CheckpointTableError(
             f"checkpoint table {table}: {operation} denied: the worker's role needs {needed} on table {table}"
         )
     return CheckpointTableError(f"checkpoint table {table}: {error}")
+
+
+def table_call(
+    method: Callable[..., Any], operation: str, table: str, *, gone: Sequence[str] = (), **kwargs: Any
+) -> Any:
+    """One call on the checkpoint table, its failure translated by ``table_error``."""
+    try:
+        return call(method, operation, None, gone=gone, **kwargs)
+    except CleanupError as exc:
+        raise table_error(exc, table, operation) from exc
 
 
 def ensure_table(dynamodb: Any, table: str, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -53,46 +60,36 @@ def ensure_table(dynamodb: Any, table: str, sleep: Callable[[float], None] = tim
         TransientError: throttling or a server error, or the table still not ACTIVE after two minutes.
         CheckpointTableError: anything else, e.g. a missing permission.
     """
-    try:
-        status = _status(dynamodb, table)
-    except ClientError as exc:
-        if error_code(exc) != "ResourceNotFoundException":
-            raise table_error(exc, table, "DescribeTable") from exc
-        status = _create_table(dynamodb, table)
-    except BotoCoreError as exc:
-        raise table_error(exc, table, "DescribeTable") from exc
+    status = _status(dynamodb, table) or _create_table(dynamodb, table)
     waited = 0.0
     while status != "ACTIVE":
         if waited > TABLE_ACTIVE_TIMEOUT_SECONDS:
             raise TransientError(f"checkpoint table {table} still {status} after {waited:.0f} s")
         sleep(1.0)
         waited += 1.0
-        try:
-            status = _status(dynamodb, table)
-        except (ClientError, BotoCoreError) as exc:
-            raise table_error(exc, table, "DescribeTable") from exc
+        status = _status(dynamodb, table) or "DELETED"
 
 
-def _status(dynamodb: Any, table: str) -> str:
-    return str(dynamodb.describe_table(TableName=table)["Table"]["TableStatus"])
+def _status(dynamodb: Any, table: str) -> str | None:
+    """The table's status, or None when it does not exist."""
+    gone = ("ResourceNotFoundException",)
+    answer = table_call(dynamodb.describe_table, "DescribeTable", table, gone=gone, TableName=table)
+    return None if answer is None else str(answer["Table"]["TableStatus"])
 
 
 def _create_table(dynamodb: Any, table: str) -> str:
     log.info("creating the checkpoint table", extra={"table": table})
-    try:
-        created = dynamodb.create_table(
-            TableName=table,
-            AttributeDefinitions=[
-                {"AttributeName": "stream", "AttributeType": "S"},
-                {"AttributeName": "shard", "AttributeType": "S"},
-            ],
-            KeySchema=[{"AttributeName": "stream", "KeyType": "HASH"}, {"AttributeName": "shard", "KeyType": "RANGE"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ResourceInUseException":  # another consumer created it first
-            return "CREATING"
-        raise table_error(exc, table, "CreateTable") from exc
-    except BotoCoreError as exc:
-        raise table_error(exc, table, "CreateTable") from exc
-    return str(created["TableDescription"]["TableStatus"])
+    created = table_call(
+        dynamodb.create_table,
+        "CreateTable",
+        table,
+        gone=("ResourceInUseException",),  # another consumer created it first
+        TableName=table,
+        AttributeDefinitions=[
+            {"AttributeName": "stream", "AttributeType": "S"},
+            {"AttributeName": "shard", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "stream", "KeyType": "HASH"}, {"AttributeName": "shard", "KeyType": "RANGE"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return "CREATING" if created is None else str(created["TableDescription"]["TableStatus"])

@@ -16,10 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.exceptions import LeaseLostError
-from cleanup.streams.checkpoint_table import ensure_table, table_error
+from cleanup.calls import call
+from cleanup.exceptions import CleanupError, ConditionFailedError, LeaseLostError
+from cleanup.streams.checkpoint_table import ensure_table, table_call, table_error
 from cleanup.streams.lease import LEASE_SHARD, Lease
 
 __all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
@@ -60,10 +59,7 @@ class CheckpointStore:
             "ConsistentRead": True,
         }
         while True:
-            try:
-                page = self._dynamodb.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise table_error(exc, self._table, "Query") from exc
+            page = table_call(self._dynamodb.query, "Query", self._table, **kwargs)
             for item in page.get("Items", []):
                 shard = item["shard"]["S"]
                 if shard != LEASE_SHARD:
@@ -101,12 +97,9 @@ class CheckpointStore:
 
     def _transact(self, items: list[dict[str, Any]], actions: tuple[str, ...]) -> None:
         try:
-            self._dynamodb.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                self._lease.mark_lost()
-                raise LeaseLostError("the stream lease is held by another consumer") from exc
-            raise table_error(exc, self._table, "TransactWriteItems", actions) from exc
-        except BotoCoreError as exc:
+            call(self._dynamodb.transact_write_items, "TransactWriteItems", None, TransactItems=items)
+        except ConditionFailedError as exc:  # the lease's condition check: the only condition in the transaction
+            self._lease.mark_lost()
+            raise LeaseLostError("the stream lease is held by another consumer") from exc
+        except CleanupError as exc:
             raise table_error(exc, self._table, "TransactWriteItems", actions) from exc

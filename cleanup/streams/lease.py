@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from cleanup.aws_errors import error_code
-from cleanup.streams.checkpoint_table import table_error
+from cleanup.calls import call
+from cleanup.exceptions import CleanupError, ConditionFailedError
+from cleanup.streams.checkpoint_table import table_call
 from cleanup.telemetry import log
 
 LEASE_SHARD = "#lease"
@@ -65,10 +64,8 @@ class Lease:
             CheckpointTableError: anything else, e.g. a missing permission.
         """
         with self._lock:
-            try:
-                item = self._dynamodb.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
-            except (ClientError, BotoCoreError) as exc:
-                raise table_error(exc, self._table, "GetItem") from exc
+            get = self._dynamodb.get_item
+            item = table_call(get, "GetItem", self._table, TableName=self._table, Key=self._key, ConsistentRead=True)
             current = item.get("Item")
             if current is None:
                 return self._take(None)
@@ -91,7 +88,10 @@ class Lease:
                 return False
             sent = self._clock()
             try:
-                self._dynamodb.update_item(
+                call(
+                    self._dynamodb.update_item,
+                    "UpdateItem",
+                    None,
                     TableName=self._table,
                     Key=self._key,
                     UpdateExpression="SET version = :next, heartbeatAt = :now",
@@ -99,14 +99,11 @@ class Lease:
                     ExpressionAttributeNames={"#owner": "owner"},
                     ExpressionAttributeValues=self._values(self._version + 1),
                 )
-            except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
-                    log.error("the stream lease was taken over", extra={"owner": self.owner})
-                    self._version = None
-                    return False
-                log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
-                return self._version is not None and self._clock() - self._renewed_at < self.lease_seconds
-            except BotoCoreError as exc:
+            except ConditionFailedError:
+                log.error("the stream lease was taken over", extra={"owner": self.owner})
+                self._version = None
+                return False
+            except CleanupError as exc:
                 log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
                 return self._clock() - self._renewed_at < self.lease_seconds
             self._version += 1
@@ -125,7 +122,10 @@ class Lease:
             if self._version is None:
                 return
             try:
-                self._dynamodb.update_item(
+                call(
+                    self._dynamodb.update_item,
+                    "UpdateItem",
+                    None,
                     TableName=self._table,
                     Key=self._key,
                     UpdateExpression="SET #owner = :none, version = :next, heartbeatAt = :now",
@@ -133,7 +133,7 @@ class Lease:
                     ExpressionAttributeNames={"#owner": "owner"},
                     ExpressionAttributeValues={**self._values(self._version + 1), ":none": {"S": ""}},
                 )
-            except (ClientError, BotoCoreError) as exc:
+            except CleanupError as exc:
                 log.warning("could not release the stream lease; it will expire", extra={"error": str(exc)})
             self._version = None
 
@@ -161,7 +161,10 @@ class Lease:
             values[":seen"] = {"N": str(version)}
         sent = self._clock()
         try:
-            self._dynamodb.update_item(
+            table_call(
+                self._dynamodb.update_item,
+                "UpdateItem",
+                self._table,
                 TableName=self._table,
                 Key=self._key,
                 UpdateExpression="SET #owner = :me, version = :next",
@@ -169,12 +172,8 @@ class Lease:
                 ExpressionAttributeNames={"#owner": "owner"},
                 ExpressionAttributeValues=values,
             )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False  # another standby was quicker
-            raise table_error(exc, self._table, "UpdateItem") from exc
-        except BotoCoreError as exc:
-            raise table_error(exc, self._table, "UpdateItem") from exc
+        except ConditionFailedError:
+            return False  # another standby was quicker
         self._version, self._renewed_at, self._seen = (version or 0) + 1, sent, None
         log.info("holding the stream lease", extra={"owner": self.owner, "version": self._version})
         return True
