@@ -114,7 +114,6 @@ def run_worker(
     use_endpoint(endpoint)
     counter = CallCounter()
     runtime = worker_runtime(batch, callback, counter, **overrides)
-    worker.lambda_handler._runtime = runtime
     concurrency = runtime.settings.max_concurrency
 
     def handle() -> None:
@@ -122,10 +121,11 @@ def run_worker(
         if response["batchItemFailures"]:
             raise AssertionError(f"{name}: {len(response['batchItemFailures'])} records failed")
 
-    results = [timed(name, sessions, handle, counter, concurrency)]
-    check_clean(world, batch, name)
-    if redeliver:
-        results.append(timed(f"{name} (second delivery)", sessions, handle, counter, concurrency))
+    with worker.lambda_handler.warm.use(runtime):
+        results = [timed(name, sessions, handle, counter, concurrency)]
+        check_clean(world, batch, name)
+        if redeliver:
+            results.append(timed(f"{name} (second delivery)", sessions, handle, counter, concurrency))
     runtime.close()
     return results
 

@@ -1,9 +1,10 @@
-"""The one core every entry point uses: ``outcomes = process_batch(records, runtime)``.
+"""The one core every entry point uses: ``outcomes = run_batch(records, runtime, deadline)``.
 
-decode (the adapter) -> classify -> plan -> race check -> act -> outcome, per record, records concurrently on a
-bounded I/O pool. Records of the same item key keep their stream order: they run one after another on one worker,
-and once one of them fails the later ones are not executed and are reported failed too, so a retry replays them in
-order.
+``run_batch`` is the entry: it cleans the batch (``process_batch``), sends what must go to the dead-letter queue, and
+logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan -> race check
+-> act -> outcome, per record, records concurrently on a bounded I/O pool. Records of the same item key keep their
+stream order: they run one after another on one worker, and once one of them fails the later ones are not executed
+and are reported failed too, so a retry replays them in order.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -115,6 +117,43 @@ class Runtime:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+
+
+class WarmRuntime:
+    """A Lambda handler's runtime: built from the environment on the first invocation and kept while warm.
+
+    Invalid settings fail the invocation with one ERROR line naming them (``Runtime.for_lambda``); nothing is kept,
+    so the next invocation reads the environment again. ``use`` hands a handler another runtime for a while (tests,
+    benchmarks, an application embedding the handler).
+    """
+
+    def __init__(self) -> None:
+        self._runtime: Runtime | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether a runtime is kept (built, or handed in with ``use``)."""
+        return self._runtime is not None
+
+    def get(self) -> Runtime:
+        if self._runtime is None:
+            self._runtime = Runtime.for_lambda()
+        return self._runtime
+
+    @contextmanager
+    def use(self, runtime: Runtime) -> Iterator[Runtime]:
+        """Within the block the handler runs on ``runtime``; the warm one (if any) comes back after."""
+        saved, self._runtime = self._runtime, runtime
+        try:
+            yield runtime
+        finally:
+            self._runtime = saved
+
+    def forget(self) -> None:
+        """Close and drop the warm runtime: the next invocation reads the environment again."""
+        if self._runtime is not None:
+            self._runtime.close()
+        self._runtime = None
 
 
 def configuration_error(exc: ValidationError) -> ConfigurationError:

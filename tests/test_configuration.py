@@ -121,12 +121,11 @@ def test_the_error_names_every_bad_variable_in_one_line(
 @pytest.fixture
 def in_lambda(bad_env: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     bad_env.setenv("AWS_LAMBDA_FUNCTION_NAME", "cleanup")
-    lambda_handler._runtime = sweep._runtime = None
+    lambda_handler.warm.forget()
+    sweep.warm.forget()
     yield bad_env
-    for module in (lambda_handler, sweep):
-        if module._runtime is not None:
-            module._runtime.close()
-        module._runtime = None
+    lambda_handler.warm.forget()
+    sweep.warm.forget()
 
 
 @pytest.mark.parametrize("variable", ["METRICS_DESTINATION", "DEAD_LETTER_PREFIX", "MAX_CONCURRENCY"])
@@ -145,7 +144,7 @@ def test_lambda_fails_the_invocation_with_one_json_error_line_and_recovers_once_
     assert logged["level"] == "ERROR" and variable in logged["variables"]
     assert logged["message"] == str(failed.value) and "\n" not in str(failed.value)
     assert failed.value.__cause__ is None and failed.value.__context__ is None  # no pydantic dump chained to it
-    assert lambda_handler._runtime is None
+    assert not lambda_handler.warm.ready
 
     in_lambda.delenv(variable)  # fixed: the next invocation reads the environment again
     assert lambda_handler.handler({"Records": []}, None) == {"batchItemFailures": []}
@@ -166,7 +165,7 @@ def test_the_sweeper_lambda_fails_with_one_json_error_line_and_recovers_once_fix
     assert json.loads(line)["variables"] == {
         "LOG_LEVEL": "must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL: 'loud'"
     }
-    assert sweep._runtime is None
+    assert not sweep.warm.ready
 
     in_lambda.setenv("LOG_LEVEL", "INFO")
     assert sweep.handler({}, None)["failedBuckets"] == 0

@@ -111,17 +111,14 @@ def test_botocore_standard_retries_absorb_one_server_error(
     assert client.wait_closed(timeout=5)
 
 
-def test_the_handler_closes_the_deleted_sessions_socket_only(
-    stack: SessionStack, gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_handler_closes_the_deleted_sessions_socket_only(stack: SessionStack, gateway: LocalGateway) -> None:
     expired, live = gateway.connect(), gateway.connect()
     stack.put_session("gone", connection_id=expired.connection_id)
     stack.put_session("live", connection_id=live.connection_id)
     stack.delete("gone")
     event = stack.lambda_event()
-    monkeypatch.setattr(lambda_handler, "_runtime", stack.runtime(ws_callback_url=gateway.callback_url))
-
-    result = lambda_handler.handler(event, None)
+    with lambda_handler.warm.use(stack.runtime(ws_callback_url=gateway.callback_url)):
+        result = lambda_handler.handler(event, None)
 
     assert result == {"batchItemFailures": []}
     assert expired.wait_closed(timeout=5)
@@ -131,19 +128,17 @@ def test_the_handler_closes_the_deleted_sessions_socket_only(
     live.close()
 
 
-def test_delivering_the_same_event_again_reports_no_failure(
-    stack: SessionStack, gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_delivering_the_same_event_again_reports_no_failure(stack: SessionStack, gateway: LocalGateway) -> None:
     expired, live = gateway.connect(), gateway.connect()
     stack.put_session("gone", connection_id=expired.connection_id)
     stack.put_session("live", connection_id=live.connection_id)
     stack.delete("gone")
     event = stack.lambda_event()
-    monkeypatch.setattr(lambda_handler, "_runtime", stack.runtime(ws_callback_url=gateway.callback_url))
-    lambda_handler.handler(event, None)
-    calls_before = gateway.delete_calls
+    with lambda_handler.warm.use(stack.runtime(ws_callback_url=gateway.callback_url)):
+        lambda_handler.handler(event, None)
+        calls_before = gateway.delete_calls
 
-    result = lambda_handler.handler(event, None)
+        result = lambda_handler.handler(event, None)
 
     assert result == {"batchItemFailures": []}
     assert gateway.delete_calls == calls_before + 1  # asked again, answered 410 Gone: already closed

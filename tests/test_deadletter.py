@@ -49,11 +49,8 @@ def counted(runtime: Runtime) -> Counter[str]:
 
 
 def invoke(runtime: Runtime, event: dict[str, Any]) -> dict[str, Any]:
-    lambda_handler._runtime = runtime
-    try:
+    with lambda_handler.warm.use(runtime):
         return lambda_handler.handler(event, None)
-    finally:
-        lambda_handler._runtime = None
 
 
 def removes(event: dict[str, Any]) -> list[dict[str, Any]]:

@@ -29,11 +29,10 @@ def invoke(stack: SessionStack, proxy: FaultProxy, event: dict, seconds: float) 
     settings = stack.settings()
     runtime = Runtime(settings, ProxiedClients(settings, proxy.url), Metrics(settings, MetricsSink("off")))
     context = LambdaContext(seconds)
-    lambda_handler._runtime = runtime
     try:
-        return lambda_handler.handler(event, context), context
+        with lambda_handler.warm.use(runtime):
+            return lambda_handler.handler(event, context), context
     finally:
-        lambda_handler._runtime = None
         runtime.close()
 
 

@@ -18,11 +18,8 @@ from worker import lambda_handler
 @pytest.fixture
 def invoke(stack: SessionStack):
     def call(event: dict, **settings: object) -> dict:
-        lambda_handler._runtime = stack.runtime(**settings)
-        try:
+        with lambda_handler.warm.use(stack.runtime(**settings)):
             return lambda_handler.handler(event, None)
-        finally:
-            lambda_handler._runtime = None
 
     return call
 

@@ -61,11 +61,8 @@ def test_a_hostile_prefix_deletes_nothing_anywhere(stack: SessionStack, prefix: 
     stack.put_item({"pk": "session#hostile", "sk": "meta", "tenantId": "t1", "scratchPrefix": prefix})
     stack.delete("hostile")
     event = stack.lambda_event()
-    lambda_handler._runtime = stack.runtime(scratch_tenant_scoped=tenant_scoped)
-    try:
+    with lambda_handler.warm.use(stack.runtime(scratch_tenant_scoped=tenant_scoped)):
         response = lambda_handler.handler(event, None)
-    finally:
-        lambda_handler._runtime = None
 
     removed = [r["dynamodb"]["SequenceNumber"] for r in event["Records"] if r["eventName"] == "REMOVE"]
     assert response == {"batchItemFailures": [{"itemIdentifier": number} for number in removed]}

@@ -175,9 +175,7 @@ def test_dry_run_deletes_nothing_and_counts_what_it_would_delete(indexed: Sessio
     assert get(indexed, "old") is not None
 
 
-def test_swept_sessions_are_cleaned_up_through_the_stream_with_reason_expired(
-    indexed: SessionStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_swept_sessions_are_cleaned_up_through_the_stream_with_reason_expired(indexed: SessionStack) -> None:
     past = int(time.time()) - 120
     bucket = {"expiryBucket": expiry_bucket(past, bucket_seconds=3600)}
     expired = [indexed.put_session(f"x{n}", ttl=past, extra=bucket) for n in range(2)]
@@ -186,9 +184,8 @@ def test_swept_sessions_are_cleaned_up_through_the_stream_with_reason_expired(
     )
     sweep(runtime(indexed))
     sink = CapturedMetrics()
-    monkeypatch.setattr(lambda_handler, "_runtime", runtime(indexed, sink))
-
-    result = lambda_handler.handler(indexed.lambda_event(), None)
+    with lambda_handler.warm.use(runtime(indexed, sink)):
+        result = lambda_handler.handler(indexed.lambda_event(), None)
 
     assert result == {"batchItemFailures": []}
     for item in expired:
@@ -212,13 +209,10 @@ def test_the_command_sweeps_the_table_and_exits_zero(indexed: SessionStack, caps
     assert '"swept": 1' in capsys.readouterr().out
 
 
-def test_the_scheduled_handler_sweeps_and_returns_its_counts(
-    indexed: SessionStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_scheduled_handler_sweeps_and_returns_its_counts(indexed: SessionStack) -> None:
     session(indexed, "old", expires_in=-30)
-    monkeypatch.setattr(sweep_entry, "_runtime", runtime(indexed))
-
-    result = sweep_entry.handler({"source": "aws.scheduler"}, None)
+    with sweep_entry.warm.use(runtime(indexed)):
+        result = sweep_entry.handler({"source": "aws.scheduler"}, None)
 
     assert result["swept"] == 1 and result["failedBuckets"] == 0
     assert get(indexed, "old") is None

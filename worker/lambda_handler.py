@@ -11,29 +11,18 @@ from typing import Any
 
 from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
-from cleanup.runtime import Runtime
+from cleanup.runtime import WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import read_lambda_event
 
-_runtime: Runtime | None = None
-
-
-def runtime() -> Runtime:
-    """The process's runtime, built from the environment on the first invocation and kept while warm.
-
-    Invalid settings fail the invocation with one ERROR line naming them (``Runtime.for_lambda``); nothing is kept,
-    so the next invocation reads the environment again.
-    """
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime.for_lambda()
-    return _runtime
+warm = WarmRuntime()
+"""The runtime kept between invocations (``warm.use(runtime)`` hands the handler another)."""
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
     """Clean the sessions of one batch and report the records that are not clean."""
     records = read_lambda_event(event)
-    outcomes = run_batch(records, runtime(), Deadline.from_lambda_context(context))
+    outcomes = run_batch(records, warm.get(), Deadline.from_lambda_context(context))
     return batch_response(outcomes)
 
 

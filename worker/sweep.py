@@ -14,22 +14,11 @@ from typing import Any
 from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
 from cleanup.retry import Deadline
-from cleanup.runtime import Runtime
+from cleanup.runtime import Runtime, WarmRuntime
 from worker.exit_codes import ExitCode
 
-_runtime: Runtime | None = None
-
-
-def runtime() -> Runtime:
-    """The process's runtime, built from the environment on the first invocation and kept while warm.
-
-    Invalid settings fail the invocation with one ERROR line naming them (``Runtime.for_lambda``); nothing is kept,
-    so the next invocation reads the environment again.
-    """
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime.for_lambda()
-    return _runtime
+warm = WarmRuntime()
+"""The runtime kept between invocations (``warm.use(runtime)`` hands the handler another)."""
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -37,7 +26,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
     Failed deletes are not raised: the next scheduled sweep retries them, and the metrics and logs report them.
     """
-    report = sweep(runtime(), deadline=Deadline.from_lambda_context(context))
+    report = sweep(warm.get(), deadline=Deadline.from_lambda_context(context))
     return report.summary()
 
 

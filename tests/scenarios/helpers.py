@@ -111,11 +111,8 @@ class World:
         """Invoke the Lambda handler, warm with ``runtime``."""
 
         def invoke(event: dict[str, Any]) -> dict[str, Any]:
-            lambda_handler._runtime = runtime
-            try:
+            with lambda_handler.warm.use(runtime):
                 return lambda_handler.handler(event, None)
-            finally:
-                lambda_handler._runtime = None
 
         return invoke
 

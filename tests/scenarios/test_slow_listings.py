@@ -50,11 +50,10 @@ def test_a_batch_behind_slow_listings_is_clean_on_its_first_delivery(
     event = stack.lambda_event()
     settings = stack.settings(retry_max_wait_seconds=2.0)  # every other setting at its default
     runtime = Runtime(settings, ProxiedClients(settings, slow_listings.url), Metrics(settings, MetricsSink("off")))
-    lambda_handler._runtime = runtime
     try:
-        answer = lambda_handler.handler(event, LambdaContext(120.0))  # the template's timeout
+        with lambda_handler.warm.use(runtime):
+            answer = lambda_handler.handler(event, LambdaContext(120.0))  # the template's timeout
     finally:
-        lambda_handler._runtime = None
         runtime.close()
 
     failed = {failure["itemIdentifier"] for failure in answer["batchItemFailures"]}
