@@ -2,8 +2,9 @@
 
 In Lambda both go to stdout, where CloudWatch Logs picks up EMF. In a container stdout may be a protocol channel (the
 KCL MultiLangDaemon talks to its child over it), so logs and metrics go to stderr there, or metrics to a CloudWatch
-agent's EMF endpoint (``tcp://`` or ``udp://``). A few dozen lines of our own do this: the libraries that write EMF
-print to stdout only, or pull in far more than a cold start should pay for.
+agent's EMF endpoint (``tcp://`` or ``udp://``). This module does it itself, in under two hundred lines: Powertools'
+Metrics prints to stdout only, and aws-embedded-metrics writes to stdout or to an agent's socket, never to stderr
+(and both pull in more than a cold start should pay for).
 """
 
 from __future__ import annotations
