@@ -11,9 +11,9 @@ import pytest
 
 from tests.kcl_daemon import SHARD_END, FakeDaemon, KinesisShard, kinesis_payload
 from tests.proxy import FaultPlan, FaultProxy
+from tests.waiting import wait_for
 
 RETRY_METRIC = '"RecordsRetried":'  # the metric's value in an EMF document
-WAIT_GUARD_SECONDS = 60.0  # a hang guard only
 
 
 @pytest.fixture
@@ -62,13 +62,6 @@ def bad_session(stack, session_id: str) -> str:
     stack.s3.put_object(Bucket=stack.bucket, Key=f"{prefix}not-ours", Body=b"keep")
     stack.put_session(session_id, extra={"scratchPrefix": prefix})
     return prefix
-
-
-def wait_for(predicate, what: str) -> None:
-    give_up = time.monotonic() + WAIT_GUARD_SECONDS
-    while not predicate():
-        assert time.monotonic() < give_up, f"gave up waiting for {what}"
-        time.sleep(0.05)
 
 
 def dead_letters(queue_url: str) -> list[dict]:

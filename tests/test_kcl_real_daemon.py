@@ -22,6 +22,7 @@ import boto3
 import pytest
 
 from tests.kcl_daemon import kinesis_payload
+from tests.waiting import wait_for
 from worker.local.h2 import H2cMoto
 
 pytestmark = pytest.mark.slow
@@ -100,13 +101,6 @@ def checkpoint_of(application: str) -> str | None:
     return items[0]["checkpoint"]["S"] if items else None
 
 
-def wait_for(predicate, what: str, log: Path) -> None:
-    give_up = time.monotonic() + WAIT_GUARD_SECONDS
-    while not predicate():
-        assert time.monotonic() < give_up, f"gave up waiting for {what}; daemon log:\n{log.read_text()[-5000:]}"
-        time.sleep(0.25)
-
-
 @pytest.mark.skipif(shutil.which("java") is None, reason="the KCL MultiLangDaemon needs a Java runtime (`java`)")
 def test_the_real_daemon_cleans_sessions_checkpoints_and_stops_on_sigterm(aws, h2c, stack, tmp_path):
     suffix = uuid.uuid4().hex[:8]
@@ -135,7 +129,13 @@ def test_the_real_daemon_cleans_sessions_checkpoints_and_stops_on_sigterm(aws, h
     with log.open("w") as output:
         daemon = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
-        wait_for(lambda: checkpoint_of(application) == last, "the checkpoint at the last record", log)
+        wait_for(
+            lambda: checkpoint_of(application) == last,
+            "the checkpoint at the last record",
+            limit=WAIT_GUARD_SECONDS,
+            interval=0.25,
+            log=log,
+        )
 
         assert stack.objects(explicit["scratchPrefix"]) == stack.objects(expired["scratchPrefix"]) == []
         assert {explicit["grantId"], expired["grantId"]}.isdisjoint(stack.grant_ids())

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +19,7 @@ from cleanup.streams.lease import Lease
 from cleanup.streams.poller import StreamPoller
 from tests.faults import Faults
 from tests.proxy import FaultPlan, FaultProxy
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSAFE = {"scratchPrefix": "sessions/../other-tenant/"}
@@ -281,7 +281,7 @@ def test_sigterm_ends_the_command_with_exit_0_and_a_checkpoint(stack, aws, tmp_p
     command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        wait_for(lambda: _saved(stack) == last, process)
+        wait_for(lambda: _saved(stack) == last, "the poller's checkpoint", limit=30, interval=0.1, alive=process)
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)
     finally:
@@ -300,14 +300,6 @@ def _saved(stack: Any) -> str | None:
     except stack.ddb.exceptions.ResourceNotFoundException:
         return None
     return item["sequenceNumber"]["S"] if item else None
-
-
-def wait_for(condition: Any, process: subprocess.Popen[bytes], limit: float = 30.0) -> None:
-    end = time.monotonic() + limit
-    while not condition():
-        assert process.poll() is None, "the poller exited early"
-        assert time.monotonic() < end, "the poller made no checkpoint"
-        time.sleep(0.1)
 
 
 class TrimmedStreams(LineageStreams):
@@ -369,7 +361,7 @@ def test_a_consumer_killed_mid_run_is_resumed_by_the_next_without_losing_a_recor
     command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, "--until-idle"]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: _saved(stack) is not None, process)
+        wait_for(lambda: _saved(stack) is not None, "a first checkpoint", limit=30, interval=0.1, alive=process)
     finally:
         process.kill()  # SIGKILL: no checkpoint flush, no lease release
         process.wait()
