@@ -2,9 +2,10 @@
 
 Clients are never made at import time (cold start, and tests hand in their own endpoint). They come from a botocore
 session rather than boto3's: the same clients, configuration and credential chain, without boto3's import of
-s3transfer, which a cold start would pay for and the worker never uses. botocore clients are
-thread-safe once made, but making them is not, so creation holds a lock. The HTTP pool is sized to the worker's
-concurrency, or threads would queue for a connection.
+s3transfer, which a cold start would pay for and the worker never uses. One botocore session serves the whole
+process (it parses each service's model once, about 0.1 s for S3 and DynamoDB), unless one is handed in. botocore
+clients are thread-safe once made, but making them is not, so creation holds one lock for the process. The HTTP
+pool is sized to the worker's concurrency, or threads would queue for a connection.
 
 Management API clients are one per callback endpoint, and endpoints come from items: they are kept in a small LRU
 cache (``MANAGEMENT_CLIENTS``), so that many distinct endpoints cannot grow the process without bound (a client
@@ -25,6 +26,16 @@ from schemas.settings import Settings
 
 MANAGEMENT_CLIENTS = 32
 
+_creating = threading.Lock()  # botocore's client creation is not thread-safe, even across sessions' clients
+_session: botocore.session.Session | None = None
+
+
+def _process_session() -> botocore.session.Session:
+    global _session
+    if _session is None:
+        _session = botocore.session.get_session()
+    return _session
+
 
 class Clients:
     """Lazily made AWS clients for one process. ``management(url)`` gives one client per callback endpoint."""
@@ -32,7 +43,6 @@ class Clients:
     def __init__(self, settings: Settings, session: botocore.session.Session | None = None) -> None:
         self._settings = settings
         self._session = session
-        self._lock = threading.Lock()
         self._clients: dict[tuple[str, str | None], Any] = {}
         self._management: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
         self.pacer = Pacer(settings)
@@ -49,17 +59,16 @@ class Clients:
         key = (service, endpoint_url)
         client = self._clients.get(key)
         if client is None:
-            with self._lock:
+            with _creating:
                 client = self._clients.get(key)
                 if client is None:
                     client = self._clients[key] = self._create(service, endpoint_url)
         return client
 
     def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
-        """A new client (the caller holds the lock: botocore's client creation is not thread-safe)."""
-        if self._session is None:
-            self._session = botocore.session.get_session()
-        client = self._session.create_client(service, region, endpoint_url=endpoint_url, config=self.config)
+        """A new client (the caller holds ``_creating``)."""
+        session = self._session or _process_session()
+        client = session.create_client(service, region, endpoint_url=endpoint_url, config=self.config)
         self.pacer.attach(client)
         return client
 
@@ -86,7 +95,7 @@ class Clients:
         finishes; its connections close when it is collected).
         """
         key = (callback_url, region)
-        with self._lock:
+        with _creating:
             client = self._management.get(key)
             if client is None:
                 client = self._management[key] = self._create("apigatewaymanagementapi", callback_url, region)

@@ -175,7 +175,9 @@ class FaultProxy:
         self.upstream = (target.hostname or "127.0.0.1", target.port or 80)
         self.plan = plan
         self._server = _Server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        # A short poll interval: stopping the proxy waits for it (0.5 s by default, at every test's teardown).
+        serve = lambda: self._server.serve_forever(poll_interval=0.05)  # noqa: E731
+        self._thread = threading.Thread(target=serve, name="fault-proxy", daemon=True)
 
     @property
     def url(self) -> str:

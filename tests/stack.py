@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import boto3
@@ -23,7 +24,14 @@ REGION = "us-east-1"
 
 
 def client(service: str, **config: Any) -> Any:
+    """A new boto3 client of the test server (a test may hook it without touching any other)."""
     return boto3.client(service, region_name=REGION, config=Config(**config) if config else None)
+
+
+@cache
+def shared_client(service: str) -> Any:
+    """The stacks' own client for ``service``, made once: a stack's set-up and observations hook nothing."""
+    return client(service)
 
 
 @dataclass
@@ -44,7 +52,7 @@ class SessionStack:
         cls, aws: LocalAws, test_name: str, *, versioned: bool = False, view_type: str = "NEW_AND_OLD_IMAGES"
     ) -> SessionStack:
         suffix = hashlib.sha1(f"{test_name}{uuid.uuid4()}".encode()).hexdigest()[:10]
-        ddb, s3, kms = client("dynamodb"), client("s3"), client("kms")
+        ddb, s3, kms = shared_client("dynamodb"), shared_client("s3"), shared_client("kms")
         table = f"sessions-{suffix}"
         stream_arn = create_session_table(ddb, table, view_type=view_type)
         bucket = f"scratch-{suffix}"
@@ -61,7 +69,7 @@ class SessionStack:
             ddb=ddb,
             s3=s3,
             kms=kms,
-            streams=client("dynamodbstreams"),
+            streams=shared_client("dynamodbstreams"),
         )
 
     # Settings and runtime pointed at this stack.

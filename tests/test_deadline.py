@@ -14,8 +14,10 @@ from tests.scenarios.helpers import LambdaContext, ProxiedClients
 from tests.stack import SessionStack
 from worker import lambda_handler
 
+pytestmark = pytest.mark.slow
+
 OBJECTS = 8_000
-SLOW_LISTING_SECONDS = 0.3
+SLOW_LISTING_SECONDS = 0.15
 
 
 @pytest.fixture

@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # the whole demo, in a process of its own
 def test_the_demo_cleans_every_ended_session_and_leaves_live_ones_alone() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     result = subprocess.run(

@@ -238,6 +238,7 @@ def test_lease_lost_stops_without_a_checkpoint(stack, daemon):
     assert child.close() == 0
 
 
+@pytest.mark.slow  # waits MAX_RECORD_RETRY_SECONDS out
 def test_a_record_failing_transiently_is_dead_lettered_after_max_record_retry_seconds(stack, daemon, throttled_grants):
     queue = new_queue()
     stack.put_session("before", grant=False)
@@ -258,6 +259,7 @@ def test_a_record_failing_transiently_is_dead_lettered_after_max_record_retry_se
     assert child.close() == 0
 
 
+@pytest.mark.slow  # waits MAX_RECORD_RETRY_SECONDS out
 def test_without_a_queue_a_record_failing_transiently_past_the_bound_is_stuck(stack, daemon, throttled_grants):
     stack.put_session("before", grant=False)
     stack.put_session("stuck")

@@ -141,6 +141,7 @@ def test_a_permanently_failing_record_goes_to_the_queue_after_its_last_attempt_a
     assert_cleaned(stack, after)
 
 
+@pytest.mark.slow  # a crash
 def test_a_crash_after_cleaning_but_before_the_checkpoint_loses_no_record(stack):
     items = [stack.put_session(f"s{n}") for n in range(4)]
     for n in range(4):
@@ -344,6 +345,7 @@ def test_records_trimmed_before_they_were_read_are_reported_by_sequence_number(s
     assert checkpoint(stack, LineageStreams.CHILD)["sequenceNumber"]["S"] == numbers[-1]
 
 
+@pytest.mark.slow  # a crash
 def test_a_consumer_killed_mid_run_is_resumed_by_the_next_without_losing_a_record(stack, aws, tmp_path):
     items = [stack.put_session(f"s{n}", objects=1) for n in range(10)]
     for n in range(10):
@@ -413,6 +415,7 @@ def test_a_record_failing_transiently_goes_to_the_queue_after_max_record_retry_s
     assert stack.objects(after["scratchPrefix"]) == []
 
 
+@pytest.mark.slow  # waits MAX_RECORD_RETRY_SECONDS out
 def test_without_a_queue_a_record_failing_transiently_past_max_record_retry_seconds_blocks_the_shard(stack, caplog):
     stack.put_session("stuck")
     after = stack.put_session("after", grant=False)
@@ -432,6 +435,7 @@ def test_without_a_queue_a_record_failing_transiently_past_max_record_retry_seco
     assert stack.objects(after["scratchPrefix"]) == []
 
 
+@pytest.mark.slow  # waits MAX_RECORD_RETRY_SECONDS out
 def test_run_until_idle_ends_with_exit_1_naming_a_record_that_kept_failing_transiently(stack, aws):
     stack.put_session("stuck")
     stack.delete("stuck")
@@ -531,12 +535,13 @@ def test_when_the_last_checkpoint_cannot_be_written_on_the_way_out_the_poller_sa
 @pytest.mark.parametrize(
     ("operation", "permissions"),
     [
-        ("DescribeTable", ["dynamodb:DescribeTable"]),
-        ("CreateTable", ["dynamodb:CreateTable"]),
-        ("Query", ["dynamodb:Query"]),
+        # Each case starts the command in a process of its own: the fast tier keeps one, the full suite has all.
+        pytest.param("DescribeTable", ["dynamodb:DescribeTable"], marks=pytest.mark.slow),
+        pytest.param("CreateTable", ["dynamodb:CreateTable"], marks=pytest.mark.slow),
+        pytest.param("Query", ["dynamodb:Query"], marks=pytest.mark.slow),
         ("TransactWriteItems", ["dynamodb:PutItem", "dynamodb:ConditionCheckItem"]),
-        ("GetItem", ["dynamodb:GetItem"]),
-        ("UpdateItem", ["dynamodb:UpdateItem"]),
+        pytest.param("GetItem", ["dynamodb:GetItem"], marks=pytest.mark.slow),
+        pytest.param("UpdateItem", ["dynamodb:UpdateItem"], marks=pytest.mark.slow),
     ],
 )
 def test_a_checkpoint_table_denied_to_the_worker_ends_run_with_exit_2_and_one_line(stack, aws, operation, permissions):

@@ -121,7 +121,9 @@ def mutated_records(draw: st.DrawFn, sequence: int = 1) -> dict[str, Any]:
             if draw(st.booleans()):
                 parent.pop(path[-1], None)
             else:
-                parent[path[-1]] = draw(json_values | valid_attribute | bad_attribute)
+                # A copy: st.just and st.sampled_from hand out the same objects every time, and the next mutation
+                # could otherwise write into one (or into itself, making a cycle).
+                parent[path[-1]] = copy.deepcopy(draw(json_values | valid_attribute | bad_attribute))
     return record
 
 
@@ -131,8 +133,8 @@ def poisoned_records(draw: st.DrawFn, sequence: int) -> dict[str, Any]:
     record = base_record(sequence)
     image = record["dynamodb"]["OldImage"]
     for name in draw(st.lists(st.sampled_from(SESSION_ATTRIBUTES), min_size=0, max_size=3)):
-        image[name] = draw(valid_attribute)
-    image[draw(st.sampled_from(SESSION_ATTRIBUTES))] = draw(bad_attribute)
+        image[name] = copy.deepcopy(draw(valid_attribute))
+    image[draw(st.sampled_from(SESSION_ATTRIBUTES))] = copy.deepcopy(draw(bad_attribute))
     return record
 
 

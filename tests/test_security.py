@@ -79,6 +79,7 @@ def captured_log() -> Iterator[io.StringIO]:
     logger.handlers[:], logger.level, logger.propagate = saved
 
 
+@pytest.mark.slow  # a fault scenario
 def test_grant_tokens_and_object_keys_never_reach_the_logs(world: World, captured_log: io.StringIO) -> None:
     stack = world.stack
     ended = world.make_sessions(new_ids(40, "end"), sockets=4, objects=2)

@@ -125,6 +125,7 @@ def test_a_session_deleted_between_query_and_delete_counts_as_gone(indexed: Sess
     assert report.verdicts[Verdict.GONE] == 1 and report.verdicts[Verdict.SWEPT] == 0
 
 
+@pytest.mark.slow
 def test_many_buckets_and_pages_are_swept_in_one_run(indexed: SessionStack) -> None:
     now = int(time.time())
     for n in range(250):  # 30 one-minute buckets, 8 or 9 sessions each

@@ -8,6 +8,8 @@ import pytest
 
 from tests.scenarios.helpers import World, assert_final_state, deliver_like_lambda, new_ids
 
+pytestmark = pytest.mark.slow  # a fault scenario
+
 
 @pytest.mark.timeout(90)
 def test_duplicated_and_reordered_batches_clean_each_session_once_and_spare_recreated_ones(world: World) -> None:

@@ -6,6 +6,8 @@ import pytest
 
 from tests.scenarios.helpers import World, assert_final_state, deliver_like_lambda, new_ids
 
+pytestmark = pytest.mark.slow  # a fault scenario
+
 SESSIONS = 500
 SOCKETS = 50
 FAULT_RATE = 0.2

@@ -11,6 +11,8 @@ import pytest
 from tests.scenarios.helpers import World, assert_final_state, new_ids, sequence_number
 from tests.stack import client
 
+pytestmark = pytest.mark.slow  # a fault scenario
+
 
 def crafted(template: dict[str, Any], number: str, pk: str, old_image: Any, **change: Any) -> dict[str, Any]:
     """A REMOVE record of its own item (so it blocks no good record of the same key), with a poisoned image."""

@@ -14,6 +14,8 @@ import pytest
 from tests.scenarios.helpers import HTTP_TIMEOUT, World, assert_final_state, new_ids
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.slow  # a fault scenario
+
 ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = 300
 
