@@ -88,17 +88,7 @@ class Lease:
                 return False
             sent = self._clock()
             try:
-                call(
-                    self._dynamodb.update_item,
-                    "UpdateItem",
-                    None,
-                    TableName=self._table,
-                    Key=self._key,
-                    UpdateExpression="SET version = :next, heartbeatAt = :now",
-                    ConditionExpression="#owner = :me AND version = :mine",
-                    ExpressionAttributeNames={"#owner": "owner"},
-                    ExpressionAttributeValues=self._values(self._version + 1),
-                )
+                self._update_mine("SET version = :next, heartbeatAt = :now", self._values(self._version + 1))
             except ConditionFailedError:
                 log.error("the stream lease was taken over", extra={"owner": self.owner})
                 self._version = None
@@ -122,17 +112,8 @@ class Lease:
             if self._version is None:
                 return
             try:
-                call(
-                    self._dynamodb.update_item,
-                    "UpdateItem",
-                    None,
-                    TableName=self._table,
-                    Key=self._key,
-                    UpdateExpression="SET #owner = :none, version = :next, heartbeatAt = :now",
-                    ConditionExpression="#owner = :me AND version = :mine",
-                    ExpressionAttributeNames={"#owner": "owner"},
-                    ExpressionAttributeValues={**self._values(self._version + 1), ":none": {"S": ""}},
-                )
+                values = {**self._values(self._version + 1), ":none": {"S": ""}}
+                self._update_mine("SET #owner = :none, version = :next, heartbeatAt = :now", values)
             except CleanupError as exc:
                 log.warning("could not release the stream lease; it will expire", extra={"error": str(exc)})
             self._version = None
@@ -177,6 +158,20 @@ class Lease:
         self._version, self._renewed_at, self._seen = (version or 0) + 1, sent, None
         log.info("holding the stream lease", extra={"owner": self.owner, "version": self._version})
         return True
+
+    def _update_mine(self, update: str, values: dict[str, Any]) -> None:
+        """Update the lease on condition that this consumer still holds it, at the version it knows."""
+        call(
+            self._dynamodb.update_item,
+            "UpdateItem",
+            None,
+            TableName=self._table,
+            Key=self._key,
+            UpdateExpression=update,
+            ConditionExpression="#owner = :me AND version = :mine",
+            ExpressionAttributeNames={"#owner": "owner"},
+            ExpressionAttributeValues=values,
+        )
 
     def _values(self, next_version: int) -> dict[str, Any]:
         assert self._version is not None
