@@ -54,6 +54,16 @@ IAM_ACTIONS: dict[str, set[str]] = {
 # for the event source mapping, and send failed batches' metadata to the on-failure queue (sqs:SendMessage).
 LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 STREAM_READ = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+# Or, on a Kinesis data stream (Kinesis Data Streams for DynamoDB), what Lambda's polling needs.
+KINESIS_READ = {
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+}
+# The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
+CONDITIONS = {"AskVersioning": True, "KinesisSource": False}
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
 
@@ -83,18 +93,31 @@ def parameter(name: str) -> dict[str, Any]:
     return definition
 
 
-def statements(role: str) -> list[dict[str, Any]]:
+NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+def resolved(node: Any, **conditions: bool) -> Any:
+    """``node`` with every ``Fn::If`` on one of ``CONDITIONS`` decided as they (updated with ``conditions``) say."""
+    decided = {**CONDITIONS, **conditions}
+    if isinstance(node, dict) and set(node) == {"Fn::If"} and node["Fn::If"][0] in decided:
+        condition, when_true, when_false = node["Fn::If"]
+        return resolved(when_true if decided[condition] else when_false, **conditions)
+    if isinstance(node, dict):
+        return {key: resolved(value, **conditions) for key, value in node.items()}
+    if isinstance(node, list):
+        return [resolved(value, **conditions) for value in node if resolved(value, **conditions) != NO_VALUE]
+    return node
+
+
+def statements(role: str, **conditions: bool) -> list[dict[str, Any]]:
     found = []
     for policy in transformed()["Resources"][role]["Properties"]["Policies"]:
-        for statement in policy["PolicyDocument"]["Statement"]:
-            if "Fn::If" in statement:  # conditional statement: [condition, statement, AWS::NoValue]
-                statement = statement["Fn::If"][1]
-            found.append(statement)
+        found += resolved(policy["PolicyDocument"]["Statement"], **conditions)
     return found
 
 
-def granted(role: str) -> set[str]:
-    return {action for s in statements(role) for action in as_list(s["Action"])}
+def granted(role: str, **conditions: bool) -> set[str]:
+    return {action for s in statements(role, **conditions) for action in as_list(s["Action"])}
 
 
 def as_list(value: Any) -> list[Any]:
@@ -183,9 +206,38 @@ def test_the_mapping_reports_failures_bisects_and_gives_up_in_finite_time() -> N
 def test_the_mapping_delivers_only_remove_events() -> None:
     [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
 
-    [only] = mapping["Properties"]["FilterCriteria"]["Filters"]
+    [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"])
 
     assert json.loads(only["Pattern"]) == {"eventName": ["REMOVE"]}
+
+
+def test_on_a_kinesis_stream_the_mapping_filters_removes_in_the_records_data() -> None:
+    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
+
+    [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"], KinesisSource=True)
+
+    assert json.loads(only["Pattern"]) == {"data": {"eventName": ["REMOVE"]}}
+
+
+@pytest.mark.parametrize(
+    ("arn", "kinesis"),
+    [
+        ("arn:aws:dynamodb:eu-west-1:123456789012:table/sessions/stream/2026-01-01T00:00:00.000", False),
+        ("arn:aws:kinesis:eu-west-1:123456789012:stream/session-changes", True),
+        ("arn:aws-cn:kinesis:cn-north-1:123456789012:stream/session-changes", True),
+    ],
+)
+def test_the_source_parameter_takes_either_kind_of_stream_and_the_condition_tells_them_apart(
+    arn: str, kinesis: bool
+) -> None:
+    pattern = parameter("SessionTableStreamArn")["AllowedPattern"]
+    [field, value] = source_template()["Conditions"]["KinesisSource"]["Fn::Equals"]
+    index, split = field["Fn::Select"]
+    separator, source = split["Fn::Split"]
+
+    assert source == {"Ref": "SessionTableStreamArn"}
+    assert re.fullmatch(pattern, arn)
+    assert (arn.split(separator)[index] == value) is kinesis
 
 
 def test_every_environment_variable_is_a_setting() -> None:
@@ -202,10 +254,11 @@ def test_the_rollout_switch_defaults_to_dry_run_for_both_functions() -> None:
         assert function["Properties"]["Environment"]["Variables"]["CLEANUP_MODE"] == {"Ref": "CleanupMode"}
 
 
-def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource() -> None:
+@pytest.mark.parametrize("kinesis", [False, True], ids=["dynamodb-stream", "kinesis-stream"])
+def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource(kinesis: bool) -> None:
     text = TEMPLATE.read_text()
     for role in resources("AWS::IAM::Role"):
-        for statement in statements(role):
+        for statement in statements(role, KinesisSource=kinesis):
             assert not any("*" in action for action in as_list(statement["Action"])), statement
             if "*" in as_list(statement["Resource"]):
                 # The only accepted form: a comment naming the statement and why AWS requires "*".
@@ -219,6 +272,15 @@ def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ
 
     assert granted("CleanupRole") == needed
+
+
+def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> None:
+    calls = aws_calls(module_files("worker.lambda_handler"))
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | KINESIS_READ
+    by_sid = {s["Sid"]: s for s in statements("CleanupRole", KinesisSource=True)}
+
+    assert granted("CleanupRole", KinesisSource=True) == needed
+    assert by_sid["ReadKinesisStream"]["Resource"] == {"Ref": "SessionTableStreamArn"}
 
 
 def test_the_sweeper_role_grants_exactly_what_the_sweeper_calls() -> None:
