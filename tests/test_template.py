@@ -23,9 +23,9 @@ from cfnlint.decode import decode
 from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
-from cleanup.actions import connection, grant, scratch
+from cleanup.actions import connection, grant, registry, scratch
 from cleanup.expiry.sweeper import Verdict
-from schemas.settings import CleanupMode, Settings
+from schemas.settings import AttributeNames, CleanupMode, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "deploy" / "template.yaml"
@@ -38,6 +38,8 @@ PACKAGES = ("cleanup", "schemas", "worker")
 IAM_ACTIONS: dict[str, set[str]] = {
     "get_item": {"dynamodb:GetItem"},
     "query": {"dynamodb:Query"},
+    "batch_write_item": {"dynamodb:BatchWriteItem"},
+    "describe_table": {"dynamodb:DescribeTable"},
     "delete_item": {"dynamodb:DeleteItem"},
     "list_objects_v2": {"s3:ListBucket"},
     "list_object_versions": {"s3:ListBucketVersions"},
@@ -63,7 +65,7 @@ KINESIS_READ = {
     "kinesis:ListShards",
 }
 # The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
-CONDITIONS = {"AskVersioning": True, "KinesisSource": False}
+CONDITIONS = {"AskVersioning": True, "KinesisSource": False, "HasRegistry": True}
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
 
@@ -242,6 +244,7 @@ def test_the_source_parameter_takes_either_kind_of_stream_and_the_condition_tell
 
 def test_every_environment_variable_is_a_setting() -> None:
     fields = {name.upper() for name in Settings.model_fields} | {"SERVICE_NAME"}
+    fields |= {f"ATTR_{name.upper()}" for name in AttributeNames.model_fields}
     for function in resources("AWS::Lambda::Function").values():
         variables = set(function["Properties"]["Environment"]["Variables"])
         assert variables <= fields, variables - fields
@@ -281,6 +284,25 @@ def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> Non
 
     assert granted("CleanupRole", KinesisSource=True) == needed
     assert by_sid["ReadKinesisStream"]["Resource"] == {"Ref": "SessionTableStreamArn"}
+
+
+def test_the_registry_is_queried_and_pruned_only_when_one_is_configured() -> None:
+    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
+    variables = cleanup["Properties"]["Environment"]["Variables"]
+
+    assert granted("CleanupRole") - granted("CleanupRole", HasRegistry=False) == {
+        "dynamodb:Query",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:DescribeTable",
+    }
+    assert by_sid["QueryRegistryIndex"]["Resource"]["Fn::Sub"].endswith(
+        ":table/${RegistryTableName}/index/${RegistryConnectionIndex}"
+    )
+    assert by_sid["PruneRegistry"]["Resource"]["Fn::Sub"].endswith(":table/${RegistryTableName}")
+    assert resolved(variables["REGISTRY_TABLE"], HasRegistry=False) == NO_VALUE
+    assert parameter("RegistryConnectionIndex")["Default"] == Settings().registry_connection_index
+    assert parameter("RegistryConnectionAttribute")["Default"] == AttributeNames().registry_connection_id
 
 
 def test_the_sweeper_role_grants_exactly_what_the_sweeper_calls() -> None:
@@ -338,7 +360,7 @@ def test_the_action_failures_alarm_covers_every_action() -> None:
 
     assert {s["MetricName"] for s in stats} == {"ActionFailures"}
     actions = {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Action"}
-    assert actions == {connection.ACTION, grant.ACTION, scratch.ACTION}
+    assert actions == {connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION}
 
 
 def test_the_sweep_failures_alarm_watches_metrics_the_sweeper_emits() -> None:
