@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from cleanup.actions import registry
+from cleanup.exceptions import OutOfTimeError
 from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
 from schemas.outcomes import ActionStatus, Status
@@ -219,3 +220,29 @@ def test_replay_dry_run_shows_the_memberships_it_would_remove(
     assert code == 0
     assert f"remove conn-dead from {rooms} ({ROOMS} memberships): planned" in capsys.readouterr().out
     assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS
+
+
+def test_out_of_time_between_pages_keeps_what_was_deleted_and_sends_no_further_query(
+    stack: SessionStack, rooms: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "QUERY_PAGE", 7)
+    runtime = runtime_for(stack, rooms)
+    deadline = Deadline.after(60)
+    queries: list[int] = []
+
+    def answered(parsed: dict[str, Any], **_: Any) -> None:
+        queries.append(len(parsed.get("Items", [])))
+
+    def time_runs_out(**_: Any) -> None:
+        deadline.at = 0.0  # the first batch's answer arrives as the invocation's time ends
+
+    events = runtime.clients.dynamodb.meta.events
+    events.register("after-call.dynamodb.Query", answered)
+    events.register("after-call.dynamodb.BatchWriteItem", time_runs_out)
+    where = registry.Registry(rooms, "byConnection", "connectionId", runtime.table_keys(rooms))
+
+    with pytest.raises(OutOfTimeError, match="7 memberships of 'conn-dead' deleted so far"):
+        registry.prune(runtime.clients.dynamodb, where, "conn-dead", deadline)
+
+    assert queries == [7]
+    assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS - 7
