@@ -22,7 +22,7 @@ from schemas.records import read_lambda_event
 from tests.faults import Unprocessed
 from tests.stack import SessionStack
 from worker import cli
-from worker.local.backend import create_registry_table, join_room
+from worker.local.backend import create_registry_table, membership
 
 SHARDS = 4
 ROOMS = 30
@@ -34,17 +34,15 @@ def rooms(stack: SessionStack) -> str:
     """A registry whose 30 rooms each have ``conn-dead`` and three other connections, spread over 4 shards."""
     table = f"registry-{stack.table}"
     create_registry_table(stack.ddb, table)
-    for room in range(ROOMS):
-        for n, connection_id in enumerate(("conn-dead", *OTHERS)):
-            # conn-dead shares its room partition with another member in every room.
-            join_room(
-                stack.ddb,
-                table,
-                f"r{room}",
-                connection_id,
-                user_id=f"u-{connection_id}",
-                shard=(room + n // 2) % SHARDS,
-            )
+    items = [
+        # conn-dead shares its room partition with another member in every room.
+        membership(f"r{room}", connection_id, user_id=f"u-{connection_id}", shard=(room + n // 2) % SHARDS)
+        for room in range(ROOMS)
+        for n, connection_id in enumerate(("conn-dead", *OTHERS))
+    ]
+    for start in range(0, len(items), 25):
+        requests = [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]
+        assert not stack.ddb.batch_write_item(RequestItems={table: requests}).get("UnprocessedItems")
     return table
 
 

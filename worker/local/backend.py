@@ -139,17 +139,22 @@ def create_registry_table(ddb: Any, table: str, *, index: str = "byConnection") 
 
 def join_room(ddb: Any, table: str, room: str, connection_id: str, *, user_id: str, shard: int) -> dict[str, Any]:
     """Add ``connection_id`` to ``room`` in the registry, in the room's partition ``shard``; returns the item's key."""
+    item = membership(room, connection_id, user_id=user_id, shard=shard)
+    ddb.put_item(TableName=table, Item=item)
+    return {name: item[name] for name in ("pk", "sk")}
+
+
+def membership(room: str, connection_id: str, *, user_id: str, shard: int) -> dict[str, Any]:
+    """The registry item of one membership (AttributeValue form), expiring a little after API Gateway's cap."""
     now = int(time.time())
-    key = {"pk": {"S": f"room#{room}#{shard}"}, "sk": {"S": f"conn#{connection_id}"}}
-    item = {
-        **key,
+    return {
+        "pk": {"S": f"room#{room}#{shard}"},
+        "sk": {"S": f"conn#{connection_id}"},
         "connectionId": {"S": connection_id},
         "userId": {"S": user_id},
         "joinedAt": {"N": str(now)},
         "expiresAt": {"N": str(now + REGISTRY_TTL_SECONDS)},
     }
-    ddb.put_item(TableName=table, Item=item)
-    return key
 
 
 def expire_by_ttl(table: str, key: dict[str, Any], region: str, account_id: str = DEFAULT_ACCOUNT_ID) -> None:
