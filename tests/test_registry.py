@@ -6,6 +6,7 @@ several partition keys, and a ``byConnection`` index on the connection id (``wor
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,12 @@ from typing import Any
 import pytest
 
 from cleanup.actions import registry
+from cleanup.clients import Clients
 from cleanup.exceptions import OutOfTimeError
 from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
+from cleanup.runtime import Runtime
+from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import Unprocessed
@@ -244,3 +248,25 @@ def test_out_of_time_between_pages_keeps_what_was_deleted_and_sends_no_further_q
 
     assert queries == [7]
     assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS - 7
+
+
+def test_a_registry_failure_fails_the_record_and_counts_as_an_action_failure(stack: SessionStack, rooms: str) -> None:
+    item = stack.put_session("dead", connection_id="conn-dead")
+    stack.delete("dead")
+    out = io.StringIO()
+    settings = stack.settings(
+        registry_table=rooms,
+        registry_connection_index="no-such-index",
+        ws_callback_url=stack.aws.endpoint_url,
+        metrics_destination="stdout",
+    )
+    runtime = Runtime(settings, Clients(settings), Metrics(settings, MetricsSink("stdout", stream=out)))
+
+    outcome = clean(stack, rooms, runtime=runtime)
+
+    failures = [json.loads(line) for line in out.getvalue().splitlines() if '"ActionFailures"' in line]
+    assert outcome.status is Status.FAILED and outcome.permanent
+    assert action(outcome).status is ActionStatus.FAILED and "Query" in (action(outcome).error or "")
+    assert [(doc["Action"], doc["ActionFailures"]) for doc in failures] == [(registry.ACTION, 1)]
+    assert stack.objects(item["scratchPrefix"]) == [] and item["grantId"] not in stack.grant_ids()
+    assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS
