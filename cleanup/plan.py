@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cleanup.actions import connection, grant, scratch
+from cleanup.actions import connection, grant, registry, scratch
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, resolve_prefix
 from cleanup.race import Holding, holding
@@ -32,7 +32,8 @@ class Step:
 
 
 def plan(session: Session, runtime: Runtime) -> list[Step]:
-    """The steps that free ``session``'s resources: close its socket, retire its grant, delete its scratch data."""
+    """The steps that free ``session``'s resources: close its socket, retire its grant, delete its scratch data, and
+    (with a registry) remove its connection's room memberships."""
     steps = []
     if session.connection_id:
         steps.append(_connection_step(session, session.connection_id, runtime))
@@ -40,6 +41,8 @@ def plan(session: Session, runtime: Runtime) -> list[Step]:
         steps.append(_grant_step(session, session.grant_id, runtime))
     if session.scratch_prefix is not None:  # an empty prefix is refused by the guard, not ignored
         steps.append(_scratch_step(session, session.scratch_prefix, runtime))
+    if session.connection_id and runtime.settings.registry_table:
+        steps.append(_registry_step(session.connection_id, runtime.settings.registry_table, runtime))
     return steps
 
 
@@ -89,6 +92,29 @@ def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> St
 
     detail = {"bucket": where.bucket, "prefix": where.prefix}
     return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
+
+
+def _registry_step(connection_id: str, table: str, runtime: Runtime) -> Step:
+    index, attribute = runtime.settings.registry_connection_index, runtime.settings.attributes.registry_connection_id
+
+    def where(deadline: Deadline) -> registry.Registry:
+        return registry.Registry(table, index, attribute, runtime.table_keys(table, deadline))
+
+    def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+        wait = runtime.settings.retry_max_wait_seconds
+        pruned = registry.prune(runtime.clients.dynamodb, where(deadline), connection_id, deadline, max_wait=wait)
+        return (ActionStatus.DONE if pruned.deleted else ActionStatus.ALREADY_DONE), _memberships(pruned)
+
+    def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+        found = registry.count(runtime.clients.dynamodb, where(deadline), connection_id, deadline)
+        return ActionStatus.PLANNED, _memberships(found)
+
+    detail = {"connectionId": connection_id, "table": table, "index": index}
+    return Step(registry.ACTION, connection_id, detail, run=run, preview=preview)
+
+
+def _memberships(pruned: registry.Pruned) -> dict[str, Any]:
+    return {"memberships": pruned.deleted, **({"kept": pruned.kept} if pruned.kept else {})}
 
 
 def _unit(versioned: bool) -> str:

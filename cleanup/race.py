@@ -1,8 +1,8 @@
 """The reconnect race: a session deleted and then recreated under the same key must keep its live resources.
 
 Before acting, the worker reads the item that now has the deleted item's key (a consistent GetItem). Whatever the
-live item still holds is left alone: the same connection, the same grant, and scratch data whose location overlaps
-the old prefix at all.
+live item still holds is left alone: the same connection (and its room memberships in the registry), the same grant,
+and scratch data whose location overlaps the old prefix at all.
 
 The live item's ``scratchPrefix`` is compared by where it points, never by how it is spelled, and without the guard's
 rules: the guard decides what the worker may delete, while here the question is what the live session may still be
@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any
 from urllib.parse import unquote
 
-from cleanup.actions import connection, grant, scratch
+from cleanup.actions import connection, grant, registry, scratch
 from cleanup.calls import call
 from cleanup.exceptions import BadRecordError
 from cleanup.guard import ScratchLocation
@@ -82,7 +82,7 @@ def holding(action: str, resource: str, live: Session | None, *, old: ScratchLoc
     """Whether ``live`` (the item now under the deleted one's key) still holds ``resource``.
 
     Args:
-        action: the step's action (connection, grant or scratch).
+        action: the step's action (connection, registry, grant or scratch).
         resource: the connection id or grant id (scratch steps are compared by ``old``).
         live: the live item, or None when there is none.
         old: where the scratch step would delete, as the guard resolved it.
@@ -94,7 +94,12 @@ def holding(action: str, resource: str, live: Session | None, *, old: ScratchLoc
         if live.scratch_prefix is None or old is None:
             return Holding.FREE
         return scratch_holding(old, live.scratch_prefix, bucket)
-    held = {connection.ACTION: live.connection_id, grant.ACTION: live.grant_id}.get(action)
+    # The registry's memberships belong to the connection: a live session still on it keeps them too.
+    held = {
+        connection.ACTION: live.connection_id,
+        registry.ACTION: live.connection_id,
+        grant.ACTION: live.grant_id,
+    }.get(action)
     return Holding.HELD if held is not None and held == resource else Holding.FREE
 
 

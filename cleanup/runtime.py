@@ -1,4 +1,5 @@
-"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket and queue facts."""
+"""What one process shares across batches: settings, clients, metrics, the thread pool, and bucket, queue and table
+facts."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ class Runtime:
         self._versioned: dict[str, bool] = {}
         self._queue_lock = threading.Lock()
         self._message_limits: dict[str, int] = {}
+        self._table_lock = threading.Lock()
+        self._table_keys: dict[str, tuple[str, ...]] = {}
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -86,6 +89,22 @@ class Runtime:
                 if known is None:
                     answer = call(self.clients.s3.get_bucket_versioning, "GetBucketVersioning", deadline, Bucket=bucket)
                     known = self._versioned[bucket] = answer.get("Status") in ("Enabled", "Suspended")
+        return known
+
+    def table_keys(self, table: str, deadline: Deadline | None = None) -> tuple[str, ...]:
+        """``table``'s key attributes (partition key, then sort key): asked once per process (DescribeTable).
+
+        Raises:
+            TransientError / PermanentError: the table could not be described (nothing is cached then).
+        """
+        known = self._table_keys.get(table)
+        if known is None:
+            with self._table_lock:  # one DescribeTable, however many threads ask at once
+                known = self._table_keys.get(table)
+                if known is None:
+                    described = call(self.clients.dynamodb.describe_table, "DescribeTable", deadline, TableName=table)
+                    schema = sorted(described["Table"]["KeySchema"], key=lambda key: key["KeyType"] != "HASH")
+                    known = self._table_keys[table] = tuple(str(key["AttributeName"]) for key in schema)
         return known
 
     def message_limit(self, queue_url: str, deadline: Deadline | None = None) -> int:

@@ -2,20 +2,30 @@
 
 * ``lambda``: an event source mapping's record (``eventSourceARN``; ApproximateCreationDateTime in epoch seconds).
 * ``streams``: a DynamoDB Streams GetRecords record, as the service returns it (epoch seconds).
-* ``kinesis``: a record as Kinesis Data Streams for DynamoDB (or the KCL) delivers it: ``tableName``,
-  ``recordFormat``, ApproximateCreationDateTime in epoch milliseconds, and the sequence number from the Kinesis
-  record rather than from the payload.
+* ``kinesis``: a record as Kinesis Data Streams for DynamoDB delivers it, to the KCL or in a Lambda ``aws:kinesis``
+  event: the base64 JSON ``data`` of a change record with ``tableName`` and ``recordFormat``, its
+  ApproximateCreationDateTime in epoch milliseconds (or microseconds, the streaming destination's
+  ``ApproximateCreationDateTimePrecision``), and the sequence number from the Kinesis record rather than from the
+  payload. ``read_kinesis_data`` is the one decoder of that ``data``.
 
 The images stay in their AttributeValue JSON form here; ``schemas.attributes`` decodes them on demand.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+KINESIS_EVENT_SOURCE = "aws:kinesis"
+# A Kinesis-format creation time above this is in microseconds: as epoch milliseconds it would be after the year
+# 5000, as microseconds it is after 1973.
+_MICROSECONDS_FROM = 100_000_000_000_000
 
 
 class Source(StrEnum):
@@ -159,7 +169,7 @@ def parse_record(raw: object, source: Source | None = None, sequence_number: str
     if isinstance(created, datetime):  # a record already parsed by boto3
         created = created.timestamp()
     elif created is not None and source is Source.KINESIS:
-        created /= 1000.0
+        created /= 1_000_000.0 if created >= _MICROSECONDS_FROM else 1000.0
     return StreamRecord(
         sequence_number=seq,
         event_id=envelope.eventID,
@@ -203,19 +213,73 @@ def read_record(
         return UnreadableRecord(sequence_number=exc.sequence_number, error=str(exc), raw=raw)
 
 
+def read_kinesis_data(data: object, sequence_number: str) -> StreamRecord | UnreadableRecord:
+    """A Kinesis record's ``data`` (the base64 JSON of a DynamoDB change record) as a stream record.
+
+    Data that is not base64 JSON of a change record becomes an ``UnreadableRecord`` under the Kinesis record's
+    sequence number: it is reported, never a crash.
+    """
+    try:
+        blob = base64.b64decode(data, validate=True)  # type: ignore[arg-type]  # anything else is a TypeError
+    except (binascii.Error, ValueError, TypeError) as exc:
+        return UnreadableRecord(
+            sequence_number=sequence_number, error=f"record data is not base64 JSON: {exc}", raw=data
+        )
+    return read_kinesis_bytes(blob, sequence_number, raw=data)
+
+
+def read_kinesis_bytes(blob: bytes, sequence_number: str, raw: object = None) -> StreamRecord | UnreadableRecord:
+    """A Kinesis record's data already decoded from base64 (as boto3's GetRecords returns ``Data``)."""
+    try:
+        payload = json.loads(blob)
+    except ValueError as exc:  # bad JSON and bad UTF-8
+        return UnreadableRecord(
+            sequence_number=sequence_number,
+            error=f"record data is not base64 JSON: {exc}",
+            raw=raw if raw is not None else base64.b64encode(blob).decode(),
+        )
+    return read_record(payload, Source.KINESIS, sequence_number=sequence_number)
+
+
+def is_kinesis_event_record(raw: object) -> bool:
+    """Whether a Lambda event's record came from a Kinesis data stream (``eventSource`` ``aws:kinesis``)."""
+    if not isinstance(raw, dict):
+        return False
+    return raw.get("eventSource") == KINESIS_EVENT_SOURCE or isinstance(raw.get("kinesis"), dict)
+
+
+def read_kinesis_event_record(raw: dict[str, Any]) -> StreamRecord | UnreadableRecord:
+    """One record of a Lambda Kinesis event: its ``kinesis.data`` decoded, named by ``kinesis.sequenceNumber``.
+
+    Raises:
+        RecordError: the record has no Kinesis sequence number (it could be neither reported nor retried).
+    """
+    kinesis = raw.get("kinesis")
+    number = kinesis.get("sequenceNumber") if isinstance(kinesis, dict) else None
+    if not isinstance(kinesis, dict) or not isinstance(number, str) or not number:
+        raise RecordError("Kinesis record has no kinesis.sequenceNumber")
+    return read_kinesis_data(kinesis.get("data"), number)
+
+
 def read_lambda_event(event: object) -> list[StreamRecord | UnreadableRecord]:
-    """The records of a Lambda DynamoDB Streams event (``{"Records": [...]}``).
+    """The records of a Lambda event (``{"Records": [...]}``) of a DynamoDB stream or of a Kinesis data stream.
+
+    A Kinesis record (``eventSource`` ``aws:kinesis``) carries a DynamoDB change record in its ``data`` (Kinesis
+    Data Streams for DynamoDB) and is named by its Kinesis sequence number.
 
     Raises:
         RecordError: the event has no ``Records`` list, or a record's sequence number cannot be read (such a record
             could be neither reported nor retried, so the whole invocation must fail).
     """
     if not isinstance(event, dict) or not isinstance(event.get("Records"), list):
-        raise RecordError('not a DynamoDB Streams event: expected {"Records": [...]}')
+        raise RecordError('not a DynamoDB Streams or Kinesis event: expected {"Records": [...]}')
     records = []
     for position, raw in enumerate(event["Records"]):
         try:
-            records.append(read_record(raw, Source.LAMBDA))
+            if is_kinesis_event_record(raw):
+                records.append(read_kinesis_event_record(raw))
+            else:
+                records.append(read_record(raw, Source.LAMBDA))
         except RecordError as exc:
             raise RecordError(f"record {position} of the event: {exc}; its sequence number cannot be read") from exc
     return records

@@ -42,7 +42,8 @@ class StartPosition(StrEnum):
 
 
 class AttributeNames(BaseSettings):
-    """Names of the session item's attributes (defaults from the source design)."""
+    """Names of the session item's attributes (defaults from the source design), and of the connection registry's
+    connection id (``registry_connection_id``)."""
 
     model_config = SettingsConfigDict(frozen=True, env_prefix="ATTR_", extra="ignore")
 
@@ -56,6 +57,8 @@ class AttributeNames(BaseSettings):
     kms_key_id: str = "kmsKeyId"
     callback_url: str = "callbackUrl"
     expiry_bucket: str = "expiryBucket"
+    registry_connection_id: str = "connectionId"
+    """ATTR_REGISTRY_CONNECTION_ID: the registry items' connection id, the key of REGISTRY_CONNECTION_INDEX."""
 
     @property
     def resources(self) -> tuple[str, ...]:
@@ -95,6 +98,11 @@ class Settings(BaseSettings):
     """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
     partition holds other rows besides the session's."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
+    registry_table: str | None = None
+    """REGISTRY_TABLE: the connection registry (one item per room membership of a connection); unset: memberships
+    are left to their own TTL."""
+    registry_connection_index: str = "byConnection"
+    """REGISTRY_CONNECTION_INDEX: the registry's global secondary index keyed on the connection id."""
 
     # How.
     cleanup_mode: CleanupMode = CleanupMode.ENFORCE

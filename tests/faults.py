@@ -41,3 +41,27 @@ class Faults:
         body = json.dumps({"__type": self.code, "message": "injected"}).encode()
         headers = {"x-amzn-ErrorType": self.code, "Content-Type": "application/x-amz-json-1.1"}
         return AWSResponse(request.url, self.status, headers, RawBody(body))
+
+
+class Unprocessed:
+    """Makes the next ``times`` BatchWriteItem calls of ``client`` process nothing: DynamoDB's answer under load,
+    ``UnprocessedItems`` holding every request sent (nothing reaches the table). ``sizes`` records each call's count,
+    ``attributes`` the attribute names of every key sent."""
+
+    def __init__(self, client: Any, times: int = 1) -> None:
+        self.remaining = times
+        self.sizes: list[int] = []
+        self.attributes: set[frozenset[str]] = set()
+        self._lock = threading.Lock()
+        client.meta.events.register("before-send.dynamodb.BatchWriteItem", self._answer)
+
+    def _answer(self, request: Any, **_: Any) -> AWSResponse | None:
+        requested = json.loads(request.body)["RequestItems"]
+        with self._lock:
+            self.sizes.append(sum(len(items) for items in requested.values()))
+            self.attributes |= {frozenset(r["DeleteRequest"]["Key"]) for items in requested.values() for r in items}
+            if self.remaining <= 0:
+                return None
+            self.remaining -= 1
+        body = json.dumps({"UnprocessedItems": requested}).encode()
+        return AWSResponse(request.url, 200, {"Content-Type": "application/x-amz-json-1.0"}, RawBody(body))

@@ -5,7 +5,8 @@ acknowledges the message; a status for any other action fails the test. Every st
 must be a protocol message (JSON with an ``action``); blank lines are allowed, as amazon_kclpy frames its lines with
 them. Checkpoint answers can carry injected errors (``ThrottlingException``, ``ShutdownException``...).
 
-Also here: records as Kinesis Data Streams for DynamoDB delivers them, built from DynamoDB Streams records.
+Also here: records as Kinesis Data Streams for DynamoDB delivers them, built from DynamoDB Streams records, to the
+KCL (multilang ``record`` messages) and to Lambda (an ``aws:kinesis`` event).
 """
 
 from __future__ import annotations
@@ -65,6 +66,35 @@ class KinesisShard:
                 }
             )
         return messages
+
+
+def lambda_kinesis_event(
+    records: list[dict[str, Any]], stream_arn: str, shard_id: str = "shardId-000000000000"
+) -> dict[str, Any]:
+    """Multilang ``record`` messages (``KinesisShard.records``) as a Lambda Kinesis event source mapping delivers
+    them (the shape of the AWS documentation's sample event)."""
+    region = stream_arn.split(":")[3]
+    return {
+        "Records": [
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": record["partitionKey"],
+                    "sequenceNumber": record["sequenceNumber"],
+                    "data": record["data"],
+                    "approximateArrivalTimestamp": record["approximateArrivalTimestamp"] / 1000,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": f"{shard_id}:{record['sequenceNumber']}",
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::123456789012:role/session-cleanup",
+                "awsRegion": region,
+                "eventSourceARN": stream_arn,
+            }
+            for record in records
+        ]
+    }
 
 
 class FakeDaemon:

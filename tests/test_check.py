@@ -9,14 +9,16 @@ import pytest
 
 from tests.stack import SessionStack, client
 from worker import check
+from worker.local.backend import create_registry_table
 
 CALLBACK = "https://abcdef1234.execute-api.us-east-1.amazonaws.com/prod"
 SETTINGS_ENV = ("SESSION_TABLE", "SCRATCH_BUCKET", "SCRATCH_ROOT", "KMS_KEY_ID", "WS_CALLBACK_URL", "ATTR_TTL")
+REGISTRY_ENV = ("REGISTRY_TABLE", "REGISTRY_CONNECTION_INDEX", "ATTR_REGISTRY_CONNECTION_ID")
 
 
 @pytest.fixture(autouse=True)
 def _no_settings_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in SETTINGS_ENV:
+    for name in SETTINGS_ENV + REGISTRY_ENV:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -248,3 +250,53 @@ def test_the_dead_letter_store_is_checked_when_a_queue_is_set(
     assert code == 1
     [line] = failures(lines)
     assert line.startswith("FAIL dead-letter objects outside the scratch root: no-such-dead-letter-bucket not found")
+
+
+def test_a_registry_with_its_connection_index_passes(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+    create_registry_table(stack.ddb, f"registry-{stack.table}")
+
+    code, lines = run(stack, capsys, registry_table=f"registry-{stack.table}")
+
+    assert code == 0
+    assert (
+        f"ok   registry index on 'connectionId' projects the table's keys: registry-{stack.table}/byConnection: "
+        "keys pk, sk (KEYS_ONLY)" in lines
+    )
+
+
+def test_a_registry_without_the_index_fails_with_how_to_add_it(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add_backstop(stack)
+    create_registry_table(stack.ddb, f"registry-{stack.table}", index="byRoom")
+
+    code, lines = run(stack, capsys, registry_table=f"registry-{stack.table}")
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "has no index 'byConnection'" in line and "partition key 'connectionId'" in line
+
+
+def test_a_registry_index_on_another_attribute_fails(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_backstop(stack)
+    create_registry_table(stack.ddb, f"registry-{stack.table}")
+    monkeypatch.setenv("ATTR_REGISTRY_CONNECTION_ID", "userId")
+
+    code, lines = run(stack, capsys, registry_table=f"registry-{stack.table}")
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "is keyed on 'connectionId'" in line and "ATTR_REGISTRY_CONNECTION_ID=connectionId" in line
+
+
+def test_a_missing_registry_table_fails(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+    add_backstop(stack)
+
+    code, lines = run(stack, capsys, registry_table="no-such-registry")
+
+    assert code == 1
+    [line] = failures(lines)
+    assert "no-such-registry not found" in line and "REGISTRY_TABLE" in line

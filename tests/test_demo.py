@@ -22,4 +22,5 @@ def test_the_demo_cleans_every_ended_session_and_leaves_live_ones_alone() -> Non
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "10/10 ended sessions cleaned, 2 live sessions untouched, 0 problems" in result.stdout
+    assert "room registry: 30 memberships of closed connections removed, 6 of live ones kept" in result.stdout
     assert "[demo] stream poller" in result.stderr

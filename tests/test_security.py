@@ -22,6 +22,7 @@ from tests.scenarios.helpers import (
 )
 from tests.stack import SessionStack, client
 from worker import lambda_handler
+from worker.local.backend import create_registry_table, join_room
 
 __all__ = ["world"]
 
@@ -105,17 +106,26 @@ def test_grant_tokens_and_object_keys_never_reach_the_logs(world: World, capture
     assert leaked == []
 
 
-# Who calls what: the event source mapping reads the stream with the function's role, and Lambda writes its logs.
+# Who calls what: the event source mapping reads the stream with the function's role (a DynamoDB stream, or a Kinesis
+# data stream), and Lambda writes its logs.
 PLATFORM_ACTIONS = {
     "dynamodb:DescribeStream",
     "dynamodb:GetRecords",
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
     "logs:CreateLogStream",
     "logs:PutLogEvents",
 }
 IAM_ACTIONS = {
     ("dynamodb", "GetItem"): {"dynamodb:GetItem"},
+    ("dynamodb", "DescribeTable"): {"dynamodb:DescribeTable"},
+    ("dynamodb", "Query"): {"dynamodb:Query"},
+    ("dynamodb", "BatchWriteItem"): {"dynamodb:BatchWriteItem"},
     ("kms", "RetireGrant"): {"kms:RetireGrant"},
     ("s3", "GetBucketVersioning"): {"s3:GetBucketVersioning"},
     ("s3", "ListObjectsV2"): {"s3:ListBucket"},
@@ -161,8 +171,9 @@ def role_actions(role: str) -> set[str]:
 
 
 def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
-    """A run that makes every kind of call: sockets, grants, objects, versioning asked, and two dead-lettered records,
-    one of them too large for the queue's 4 KiB messages (stored in S3, in a bucket of its own here)."""
+    """A run that makes every kind of call: sockets, grants, objects, versioning asked, registry memberships, and two
+    dead-lettered records, one of them too large for the queue's 4 KiB messages (stored in S3, in a bucket of its own
+    here)."""
     stack = world.stack
     if versioned:
         stack.s3.put_bucket_versioning(Bucket=stack.bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -170,15 +181,23 @@ def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
     queue_url = client("sqs").create_queue(QueueName=f"dlq-{stack.bucket}", Attributes=attributes)["QueueUrl"]
     stack.s3.create_bucket(Bucket=f"{stack.bucket}-dead-letters")
     ended = world.make_sessions(new_ids(6, "end"), sockets=2)
+    registry = f"registry-{stack.table}"
+    create_registry_table(stack.ddb, registry)
+    connections = [made.socket.connection_id for made in ended if made.socket is not None]
+    for connection_id in connections:
+        join_room(stack.ddb, registry, "lobby", connection_id, user_id="u1", shard=0)
     stack.put_item({"pk": "session#bad", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../x/"})
     big = {"pk": "session#big", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../y/", "blob": "x" * 5000}
     stack.put_item(big)
     world.end(ended)
     stack.delete("bad")
     stack.delete("big")
-    runtime = world.runtime(dead_letter_queue_url=queue_url, dead_letter_bucket=f"{stack.bucket}-dead-letters")
+    runtime = world.runtime(
+        dead_letter_queue_url=queue_url, dead_letter_bucket=f"{stack.bucket}-dead-letters", registry_table=registry
+    )
     assert world.invoker(runtime)({"Records": world.records()}) == {"batchItemFailures": []}
     assert stack.versions() == 0
+    assert stack.ddb.scan(TableName=registry, ConsistentRead=True)["Count"] == 0 < len(connections)
     assert isinstance(runtime.clients, ProxiedClients)
     return runtime.clients
 

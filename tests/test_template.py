@@ -23,9 +23,9 @@ from cfnlint.decode import decode
 from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 
-from cleanup.actions import connection, grant, scratch
+from cleanup.actions import connection, grant, registry, scratch
 from cleanup.expiry.sweeper import Verdict
-from schemas.settings import CleanupMode, Settings
+from schemas.settings import AttributeNames, CleanupMode, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "deploy" / "template.yaml"
@@ -38,6 +38,8 @@ PACKAGES = ("cleanup", "schemas", "worker")
 IAM_ACTIONS: dict[str, set[str]] = {
     "get_item": {"dynamodb:GetItem"},
     "query": {"dynamodb:Query"},
+    "batch_write_item": {"dynamodb:BatchWriteItem"},
+    "describe_table": {"dynamodb:DescribeTable"},
     "delete_item": {"dynamodb:DeleteItem"},
     "list_objects_v2": {"s3:ListBucket"},
     "list_object_versions": {"s3:ListBucketVersions"},
@@ -54,6 +56,16 @@ IAM_ACTIONS: dict[str, set[str]] = {
 # for the event source mapping, and send failed batches' metadata to the on-failure queue (sqs:SendMessage).
 LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
 STREAM_READ = {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+# Or, on a Kinesis data stream (Kinesis Data Streams for DynamoDB), what Lambda's polling needs.
+KINESIS_READ = {
+    "kinesis:DescribeStream",
+    "kinesis:DescribeStreamSummary",
+    "kinesis:GetRecords",
+    "kinesis:GetShardIterator",
+    "kinesis:ListShards",
+}
+# The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
+CONDITIONS = {"AskVersioning": True, "KinesisSource": False, "HasRegistry": True}
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
 
@@ -83,18 +95,31 @@ def parameter(name: str) -> dict[str, Any]:
     return definition
 
 
-def statements(role: str) -> list[dict[str, Any]]:
+NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+def resolved(node: Any, **conditions: bool) -> Any:
+    """``node`` with every ``Fn::If`` on one of ``CONDITIONS`` decided as they (updated with ``conditions``) say."""
+    decided = {**CONDITIONS, **conditions}
+    if isinstance(node, dict) and set(node) == {"Fn::If"} and node["Fn::If"][0] in decided:
+        condition, when_true, when_false = node["Fn::If"]
+        return resolved(when_true if decided[condition] else when_false, **conditions)
+    if isinstance(node, dict):
+        return {key: resolved(value, **conditions) for key, value in node.items()}
+    if isinstance(node, list):
+        return [resolved(value, **conditions) for value in node if resolved(value, **conditions) != NO_VALUE]
+    return node
+
+
+def statements(role: str, **conditions: bool) -> list[dict[str, Any]]:
     found = []
     for policy in transformed()["Resources"][role]["Properties"]["Policies"]:
-        for statement in policy["PolicyDocument"]["Statement"]:
-            if "Fn::If" in statement:  # conditional statement: [condition, statement, AWS::NoValue]
-                statement = statement["Fn::If"][1]
-            found.append(statement)
+        found += resolved(policy["PolicyDocument"]["Statement"], **conditions)
     return found
 
 
-def granted(role: str) -> set[str]:
-    return {action for s in statements(role) for action in as_list(s["Action"])}
+def granted(role: str, **conditions: bool) -> set[str]:
+    return {action for s in statements(role, **conditions) for action in as_list(s["Action"])}
 
 
 def as_list(value: Any) -> list[Any]:
@@ -183,13 +208,43 @@ def test_the_mapping_reports_failures_bisects_and_gives_up_in_finite_time() -> N
 def test_the_mapping_delivers_only_remove_events() -> None:
     [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
 
-    [only] = mapping["Properties"]["FilterCriteria"]["Filters"]
+    [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"])
 
     assert json.loads(only["Pattern"]) == {"eventName": ["REMOVE"]}
 
 
+def test_on_a_kinesis_stream_the_mapping_filters_removes_in_the_records_data() -> None:
+    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
+
+    [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"], KinesisSource=True)
+
+    assert json.loads(only["Pattern"]) == {"data": {"eventName": ["REMOVE"]}}
+
+
+@pytest.mark.parametrize(
+    ("arn", "kinesis"),
+    [
+        ("arn:aws:dynamodb:eu-west-1:123456789012:table/sessions/stream/2026-01-01T00:00:00.000", False),
+        ("arn:aws:kinesis:eu-west-1:123456789012:stream/session-changes", True),
+        ("arn:aws-cn:kinesis:cn-north-1:123456789012:stream/session-changes", True),
+    ],
+)
+def test_the_source_parameter_takes_either_kind_of_stream_and_the_condition_tells_them_apart(
+    arn: str, kinesis: bool
+) -> None:
+    pattern = parameter("SessionTableStreamArn")["AllowedPattern"]
+    [field, value] = source_template()["Conditions"]["KinesisSource"]["Fn::Equals"]
+    index, split = field["Fn::Select"]
+    separator, source = split["Fn::Split"]
+
+    assert source == {"Ref": "SessionTableStreamArn"}
+    assert re.fullmatch(pattern, arn)
+    assert (arn.split(separator)[index] == value) is kinesis
+
+
 def test_every_environment_variable_is_a_setting() -> None:
     fields = {name.upper() for name in Settings.model_fields} | {"SERVICE_NAME"}
+    fields |= {f"ATTR_{name.upper()}" for name in AttributeNames.model_fields}
     for function in resources("AWS::Lambda::Function").values():
         variables = set(function["Properties"]["Environment"]["Variables"])
         assert variables <= fields, variables - fields
@@ -202,10 +257,11 @@ def test_the_rollout_switch_defaults_to_dry_run_for_both_functions() -> None:
         assert function["Properties"]["Environment"]["Variables"]["CLEANUP_MODE"] == {"Ref": "CleanupMode"}
 
 
-def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource() -> None:
+@pytest.mark.parametrize("kinesis", [False, True], ids=["dynamodb-stream", "kinesis-stream"])
+def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource(kinesis: bool) -> None:
     text = TEMPLATE.read_text()
     for role in resources("AWS::IAM::Role"):
-        for statement in statements(role):
+        for statement in statements(role, KinesisSource=kinesis):
             assert not any("*" in action for action in as_list(statement["Action"])), statement
             if "*" in as_list(statement["Resource"]):
                 # The only accepted form: a comment naming the statement and why AWS requires "*".
@@ -219,6 +275,34 @@ def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ
 
     assert granted("CleanupRole") == needed
+
+
+def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> None:
+    calls = aws_calls(module_files("worker.lambda_handler"))
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | KINESIS_READ
+    by_sid = {s["Sid"]: s for s in statements("CleanupRole", KinesisSource=True)}
+
+    assert granted("CleanupRole", KinesisSource=True) == needed
+    assert by_sid["ReadKinesisStream"]["Resource"] == {"Ref": "SessionTableStreamArn"}
+
+
+def test_the_registry_is_queried_and_pruned_only_when_one_is_configured() -> None:
+    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
+    variables = cleanup["Properties"]["Environment"]["Variables"]
+
+    assert granted("CleanupRole") - granted("CleanupRole", HasRegistry=False) == {
+        "dynamodb:Query",
+        "dynamodb:BatchWriteItem",
+        "dynamodb:DescribeTable",
+    }
+    assert by_sid["QueryRegistryIndex"]["Resource"]["Fn::Sub"].endswith(
+        ":table/${RegistryTableName}/index/${RegistryConnectionIndex}"
+    )
+    assert by_sid["PruneRegistry"]["Resource"]["Fn::Sub"].endswith(":table/${RegistryTableName}")
+    assert resolved(variables["REGISTRY_TABLE"], HasRegistry=False) == NO_VALUE
+    assert parameter("RegistryConnectionIndex")["Default"] == Settings().registry_connection_index
+    assert parameter("RegistryConnectionAttribute")["Default"] == AttributeNames().registry_connection_id
 
 
 def test_the_sweeper_role_grants_exactly_what_the_sweeper_calls() -> None:
@@ -276,7 +360,7 @@ def test_the_action_failures_alarm_covers_every_action() -> None:
 
     assert {s["MetricName"] for s in stats} == {"ActionFailures"}
     actions = {d["Value"] for s in stats for d in s["Dimensions"] if d["Name"] == "Action"}
-    assert actions == {connection.ACTION, grant.ACTION, scratch.ACTION}
+    assert actions == {connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION}
 
 
 def test_the_sweep_failures_alarm_watches_metrics_the_sweeper_emits() -> None:

@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scratch-root", help="the root the lifecycle backstop must cover [SCRATCH_ROOT]")
     parser.add_argument("--kms-key-id", help="the grants' key, as an ARN [KMS_KEY_ID]")
     parser.add_argument("--callback-url", help="the WebSocket management endpoint [WS_CALLBACK_URL]")
+    parser.add_argument("--registry-table", help="the connection registry [REGISTRY_TABLE]")
+    parser.add_argument("--registry-index", help="its index on the connection id [REGISTRY_CONNECTION_INDEX]")
 
 
 class PreflightSettings(Settings):
@@ -56,6 +58,9 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         dead_letter_queue_url=settings.dead_letter_queue_url,
         dead_letter_bucket=settings.dead_letter_bucket,
         dead_letter_prefix=settings.dead_letter_prefix,
+        registry_table=args.registry_table or settings.registry_table,
+        registry_index=args.registry_index or settings.registry_connection_index,
+        registry_attribute=settings.attributes.registry_connection_id,
     )
 
 

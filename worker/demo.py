@@ -1,8 +1,10 @@
 """``cleanup-worker demo``: the whole worker on a local stack, end to end, in well under a minute.
 
 Starts an embedded moto server and a local WebSocket gateway on loopback; creates the session table (TTL, a
-NEW_AND_OLD_IMAGES stream and the sweeper's expiry index), the scratch bucket and a KMS key; opens real WebSocket
-clients and creates their sessions (item, connection, grant, scratch objects). Then some sessions expire by TTL
+NEW_AND_OLD_IMAGES stream and the sweeper's expiry index), the scratch bucket, a KMS key and a room registry (one
+item per room membership of a connection, rooms sharded over several partitions, an index on the connection id);
+opens real WebSocket clients and creates their sessions (item, connection, grant, scratch objects), each connection
+joining a few rooms. Then some sessions expire by TTL
 (simulated: moto has no TTL process), some are ended explicitly, some have a ttl in the past and are left to the
 sweeper, and some stay live. The stream poller runs until the stream is drained; the demo then checks every session
 against what must have happened, prints a table and a summary, and exits 1 if anything is left unclean or any live
@@ -15,6 +17,7 @@ import argparse
 import logging
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +25,9 @@ from worker.exit_codes import ExitCode
 
 PLAN = (("ttl", 4), ("explicit", 3), ("sweep", 3), ("live", 2))
 EXPECTED_REASON = {"ttl": "ttl", "explicit": "explicit", "sweep": "expired", "live": None}
+ROOMS = ("lobby", "support", "ops", "sales", "design", "random")
+ROOMS_PER_CONNECTION = 3
+ROOM_SHARDS = 4  # each room spread over this many partition keys
 
 
 @dataclass
@@ -33,20 +39,24 @@ class DemoSession:
     grant_id: str
     client: Any = field(repr=False)
     objects: int = 0
+    rooms: int = 0
     reason: str | None = None
     socket_closed: bool = False
     grant_retired: bool = False
     objects_left: int = 0
+    rooms_left: int = 0
 
     @property
     def ok(self) -> bool:
         if self.fate == "live":
-            return not self.socket_closed and not self.grant_retired and self.objects_left == self.objects
+            untouched = not self.socket_closed and not self.grant_retired and self.objects_left == self.objects
+            return untouched and self.rooms_left == self.rooms
         return (
             self.reason == EXPECTED_REASON[self.fate]
             and self.socket_closed
             and self.grant_retired
             and self.objects_left == 0
+            and self.rooms_left == 0
         )
 
 
@@ -93,7 +103,7 @@ class Demo:
         self.ddb = boto3.client("dynamodb")
         self.s3 = boto3.client("s3")
         self.kms = boto3.client("kms")
-        self.table, self.bucket = "demo-sessions", "demo-scratch"
+        self.table, self.bucket, self.registry = "demo-sessions", "demo-scratch", "demo-registry"
         self.sessions: list[DemoSession] = []
 
     def run(self, started: float, environment: Any) -> int:
@@ -108,6 +118,7 @@ class Demo:
                 "kms_key_id": key_arn,
                 "ws_callback_url": self.gateway.callback_url,
                 "session_table": self.table,
+                "registry_table": self.registry,
                 "checkpoint_table": f"{self.table}-checkpoints",
                 "poll_interval_seconds": 0.05,
                 "metrics_destination": "off",
@@ -130,10 +141,12 @@ class Demo:
         return self.report(time.monotonic() - started)
 
     def create_stack(self) -> tuple[str, str]:
-        progress("creating the session table (TTL, NEW_AND_OLD_IMAGES stream, expiry index), bucket and KMS key")
-        from worker.local.backend import create_session_table
+        progress("creating the session table (TTL, NEW_AND_OLD_IMAGES stream, expiry index), bucket, KMS key")
+        progress("creating the room registry (rooms sharded over several partitions, an index on the connection id)")
+        from worker.local.backend import create_registry_table, create_session_table
 
         stream_arn = create_session_table(self.ddb, self.table, expiry_index="expiry-index")
+        create_registry_table(self.ddb, self.registry)
         self.s3.create_bucket(Bucket=self.bucket)
         key_arn = self.kms.create_key(Description="demo session grants")["KeyMetadata"]["Arn"]
         return str(stream_arn), str(key_arn)
@@ -142,7 +155,10 @@ class Demo:
         from cleanup.expiry.write_path import create_session
 
         total = sum(count for _, count in PLAN)
-        progress(f"opening {total} WebSocket clients and creating their sessions ({self.objects} objects each)")
+        progress(
+            f"opening {total} WebSocket clients, creating their sessions ({self.objects} objects each) and joining "
+            f"each connection to {ROOMS_PER_CONNECTION} of {len(ROOMS)} rooms"
+        )
         for fate, count in PLAN:
             for n in range(count):
                 session_id = f"{fate}-{n + 1}"
@@ -171,7 +187,20 @@ class Demo:
                     names=settings.attributes,
                     bucket_seconds=settings.expiry_bucket_seconds,
                 )
-                self.sessions.append(DemoSession(session_id, fate, tenant, prefix, grant_id, client, self.objects))
+                session = DemoSession(session_id, fate, tenant, prefix, grant_id, client, self.objects)
+                self.join_rooms(session, len(self.sessions))
+                self.sessions.append(session)
+
+    def join_rooms(self, session: DemoSession, number: int) -> None:
+        """The session's connection joins a few rooms, in the partition its connection id hashes to."""
+        from worker.local.backend import join_room
+
+        connection_id = session.client.connection_id
+        shard = zlib.crc32(connection_id.encode()) % ROOM_SHARDS
+        for k in range(ROOMS_PER_CONNECTION):
+            room = ROOMS[(number + k) % len(ROOMS)]
+            join_room(self.ddb, self.registry, room, connection_id, user_id=f"user-{session.session_id}", shard=shard)
+        session.rooms = ROOMS_PER_CONNECTION
 
     def end_sessions(self, runtime: Any) -> None:
         from cleanup.expiry.sweeper import sweep
@@ -199,7 +228,9 @@ class Demo:
         for session in self.sessions:
             session.socket_closed = session.client.wait_closed(2.0 if session.fate != "live" else 0.0)
         grants = {g["GrantId"] for g in self.kms.list_grants(KeyId=key_arn)["Grants"]}
+        memberships = self.memberships()
         for session in self.sessions:
+            session.rooms_left = memberships.get(session.client.connection_id, 0)
             session.grant_retired = session.grant_id not in grants
             listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=session.prefix)
             session.objects_left = listed.get("KeyCount", 0)
@@ -208,25 +239,41 @@ class Demo:
                 None,
             )
 
+    def memberships(self) -> dict[str, int]:
+        """How many room memberships each connection still has in the registry (read from the table itself)."""
+        counts: dict[str, int] = {}
+        for page in self.ddb.get_paginator("scan").paginate(TableName=self.registry, ConsistentRead=True):
+            for item in page["Items"]:
+                connection_id = item["connectionId"]["S"]
+                counts[connection_id] = counts.get(connection_id, 0) + 1
+        return counts
+
     def report(self, elapsed: float) -> int:
-        header = f"{'session':<12} {'tenant':<9} {'fate':<9} {'reason':<9} {'socket':<8} {'grant':<8} {'objects':<9} ok"
+        header = (
+            f"{'session':<12} {'tenant':<9} {'fate':<9} {'reason':<9} {'socket':<8} {'grant':<8} {'objects':<9} "
+            f"{'rooms':<7} ok"
+        )
         print(header)
         print("-" * len(header))
         for s in self.sessions:
             objects = f"{s.objects - s.objects_left}/{s.objects}" if s.fate != "live" else f"{s.objects_left} kept"
+            rooms = f"{s.rooms - s.rooms_left}/{s.rooms}" if s.fate != "live" else f"{s.rooms_left} kept"
             print(
                 f"{s.session_id:<12} {s.tenant:<9} {s.fate:<9} {s.reason or '-':<9} "
                 f"{'closed' if s.socket_closed else 'open':<8} {'retired' if s.grant_retired else 'active':<8} "
-                f"{objects:<9} {'yes' if s.ok else 'NO'}"
+                f"{objects:<9} {rooms:<7} {'yes' if s.ok else 'NO'}"
             )
         bad = [s.session_id for s in self.sessions if not s.ok]
         cleaned = sum(1 for s in self.sessions if s.fate != "live" and s.ok)
         ended = sum(1 for s in self.sessions if s.fate != "live")
         live = sum(1 for s in self.sessions if s.fate == "live" and s.ok)
+        removed = sum(s.rooms - s.rooms_left for s in self.sessions if s.fate != "live")
+        kept = sum(s.rooms_left for s in self.sessions if s.fate == "live")
         print(
             f"\n{cleaned}/{ended} ended sessions cleaned, {live} live sessions untouched, "
             f"{len(bad)} problems, in {elapsed:.1f} s"
         )
+        print(f"room registry: {removed} memberships of closed connections removed, {kept} of live ones kept")
         if bad:
             print(f"NOT CLEAN: {', '.join(bad)}")
         return ExitCode.FAILED if bad else ExitCode.OK

@@ -22,9 +22,6 @@ Guarantees, per shard:
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
-import json
 import os
 import sys
 import time
@@ -36,7 +33,7 @@ from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
-from schemas.records import Source, UnreadableRecord, read_record
+from schemas.records import read_kinesis_data
 from worker.exit_codes import ExitCode
 
 CHECKPOINT_TRIES = 6
@@ -190,13 +187,7 @@ class ShardProcessor:
 def decode(record: Any) -> Incoming:
     """A Kinesis record's ``data`` (base64 JSON of a DynamoDB change record) as a stream record.
 
-    Anything else becomes an ``UnreadableRecord`` under the Kinesis sequence number: reported, never a crash.
+    Anything else becomes an ``UnreadableRecord`` under the Kinesis sequence number: reported, never a crash. The
+    decoding is the Lambda handler's too (``schemas.records.read_kinesis_data``).
     """
-    sequence_number = str(record.sequence_number)
-    try:
-        payload = json.loads(base64.b64decode(record.data, validate=True))
-    except (binascii.Error, ValueError, TypeError) as exc:  # ValueError covers bad JSON and bad UTF-8
-        return UnreadableRecord(
-            sequence_number=sequence_number, error=f"record data is not base64 JSON: {exc}", raw=record.data
-        )
-    return read_record(payload, Source.KINESIS, sequence_number=sequence_number)
+    return read_kinesis_data(record.data, str(record.sequence_number))

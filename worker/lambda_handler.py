@@ -1,8 +1,10 @@
-"""Lambda entry point for a DynamoDB Streams event source mapping with ReportBatchItemFailures.
+"""Lambda entry point for an event source mapping with ReportBatchItemFailures, on the session table's DynamoDB stream
+or on the Kinesis data stream it streams to (Kinesis Data Streams for DynamoDB).
 
 Returns ``{"batchItemFailures": [{"itemIdentifier": <SequenceNumber>}, ...]}``: every record that is not clean, except
-those accepted by the dead-letter queue. Lambda then resumes from the lowest reported sequence number, which cleanup
-tolerates because every action is idempotent.
+those accepted by the dead-letter queue, named by ``dynamodb.SequenceNumber`` (a DynamoDB stream) or by
+``kinesis.sequenceNumber`` (a Kinesis stream, whose ``data`` is decoded as the KCL processor decodes it). Lambda then
+resumes from the lowest reported sequence number, which cleanup tolerates because every action is idempotent.
 """
 
 from __future__ import annotations

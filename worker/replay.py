@@ -188,8 +188,9 @@ def describe(action: ActionResult) -> str:
         "connection": f"close {detail.get('connectionId')}",
         "grant": f"retire {detail.get('grantId')}" + (f" on {detail['keyId']}" if detail.get("keyId") else ""),
         "scratch": f"delete {_s3_url(detail)}",
+        "registry": f"remove {detail.get('connectionId')} from {detail.get('table')}",
     }.get(action.action, action.action)
-    counts = ", ".join(f"{detail[name]} {name}" for name in ("objects", "versions") if name in detail)
+    counts = ", ".join(f"{detail[name]} {name}" for name in ("objects", "versions", "memberships") if name in detail)
     status = "refused" if detail.get("refused") else action.status.value
     text = f"{target}{f' ({counts})' if counts else ''}: {status}"
     return f"{text}: {action.error}" if action.error else text

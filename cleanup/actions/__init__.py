@@ -1,1 +1,2 @@
-"""The three cleanup actions. Each is idempotent: "already gone" is success, not an error."""
+"""The cleanup actions: the connection, the grant, the scratch prefix, and the registry memberships. Each is
+idempotent: "already gone" is success, not an error."""

@@ -2,7 +2,8 @@
 
 Each check reads one thing (DescribeTable, DescribeTimeToLive, HeadBucket, GetBucketLifecycleConfiguration,
 DescribeKey) and says passed or failed, with the fix for a failure. Checks never change anything. A check that does
-not apply (the dead-letter store, with no dead-letter queue and nothing wrong) says nothing.
+not apply (the dead-letter store, with no dead-letter queue and nothing wrong; the registry, with none configured)
+says nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Target:
     dead_letter_queue_url: str | None = None
     dead_letter_bucket: str | None = None
     dead_letter_prefix: str = "dead-letter/"
+    registry_table: str | None = None
+    registry_index: str = "byConnection"
+    registry_attribute: str = "connectionId"
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,36 @@ def check_dead_letter_store(clients: Any, target: Target) -> CheckResult | None:
     return CheckResult(name, True, f"s3://{bucket}/{target.dead_letter_prefix}")
 
 
+def check_registry(clients: Any, target: Target) -> CheckResult | None:
+    """The connection registry's index exists, is keyed on the connection id, and is active: its items then carry the
+    connection id and the table's keys (DynamoDB projects them into every index), which is what the worker reads back
+    to delete a membership. Only said when a registry is configured."""
+    if not target.registry_table:
+        return None
+    name = f"registry index on {target.registry_attribute!r} projects the table's keys"
+    table = _describe_table(clients, target.registry_table)
+    if table is None:
+        return CheckResult(name, False, f"{target.registry_table} not found", "create it, or fix REGISTRY_TABLE")
+    keys = [str(key["AttributeName"]) for key in table["KeySchema"]]
+    index = next((i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == target.registry_index), None)
+    create = (
+        f"add a global secondary index {target.registry_index!r} with partition key {target.registry_attribute!r} "
+        "(projection KEYS_ONLY is enough), or set REGISTRY_CONNECTION_INDEX"
+    )
+    if index is None:
+        return CheckResult(name, False, f"{target.registry_table} has no index {target.registry_index!r}", create)
+    partition = next((str(k["AttributeName"]) for k in index["KeySchema"] if k["KeyType"] == "HASH"), None)
+    if partition != target.registry_attribute:
+        fix = f"set ATTR_REGISTRY_CONNECTION_ID={partition} if that is the connection id, or {create}"
+        return CheckResult(name, False, f"index {target.registry_index!r} is keyed on {partition!r}", fix)
+    status = index.get("IndexStatus", "ACTIVE")
+    if status != "ACTIVE":
+        return CheckResult(name, False, f"index {target.registry_index!r} is {status}", "wait until it is ACTIVE")
+    projection = index.get("Projection", {}).get("ProjectionType", "?")
+    detail = f"{target.registry_table}/{target.registry_index}: keys {', '.join(keys)} ({projection})"
+    return CheckResult(name, True, detail)
+
+
 CHECKS: tuple[Check, ...] = (
     check_table,
     check_ttl,
@@ -218,6 +252,7 @@ CHECKS: tuple[Check, ...] = (
     check_key,
     check_callback,
     check_dead_letter_store,
+    check_registry,
 )
 
 

@@ -3,9 +3,11 @@
 Two kinds of message name records to redo:
 
 * a Lambda on-failure destination message (``DDBStreamBatchInfo``: stream, shard, first and last sequence number,
-  batch size). It carries no records: the range is read again from the stream (AT_SEQUENCE_NUMBER, then GetRecords
-  until past the last sequence number, compared as integers). Records the stream no longer holds (trimmed after
-  24 hours, or the stream deleted) are reported lost, by sequence number;
+  batch size; or ``KinesisBatchInfo``, the same for a mapping on a Kinesis data stream). It carries no records: the
+  range is read again from the stream (AT_SEQUENCE_NUMBER, then GetRecords until past the last sequence number,
+  compared as integers), from the DynamoDB stream or from the Kinesis data stream, whose records' data is decoded
+  as the Lambda handler and the KCL processor decode it. Records the stream no longer holds (trimmed after its
+  retention, or the stream deleted) are reported lost, by sequence number;
 * this worker's own dead-letter message (``cleanup.deadletter``), which carries the whole record, or, when the record
   was too large for a message, names the S3 object holding it (``recordObject``). That object is read back
   (GetObject), only from DEAD_LETTER_BUCKET under DEAD_LETTER_PREFIX and only by a key the worker makes, and deleted
@@ -26,20 +28,22 @@ from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundE
 from cleanup.operations.claim_check import StoredRecord, delete_stored, read_stored
 from cleanup.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime
+from cleanup.streams.kinesis import read_shard_range
 from cleanup.streams.reader import ShardReader, list_shards
 from schemas.outcomes import Outcome
-from schemas.records import RecordError, Source, read_record, sequence_number_of
+from schemas.records import RecordError, Source, read_kinesis_bytes, read_record, sequence_number_of
 
 
 @dataclass(frozen=True, slots=True)
 class BatchRange:
-    """``DDBStreamBatchInfo``: the records of one failed invocation."""
+    """``DDBStreamBatchInfo`` (or ``KinesisBatchInfo``, ``kinesis``): the records of one failed invocation."""
 
     stream_arn: str
     shard_id: str
     start: str
     end: str
     size: int | None = None
+    kinesis: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,9 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
 
 
 def _records(message: BatchRange | StoredRecord | Incoming, runtime: Runtime) -> tuple[list[Incoming], MessageResult]:
+    if isinstance(message, BatchRange) and message.kinesis:
+        records, lost, missing = read_kinesis_range(runtime.clients.get("kinesis"), message)
+        return records, MessageResult("on-failure", lost=lost, missing=missing)
     if isinstance(message, BatchRange):
         records, lost, missing = read_range(runtime.clients.get("dynamodbstreams"), message)
         return records, MessageResult("on-failure", lost=lost, missing=missing)
@@ -113,24 +120,34 @@ def parse_message(body: str) -> BatchRange | StoredRecord | Incoming:
         raise MessageFormatError(f"message is not JSON: {exc}") from exc
     if not isinstance(message, dict):
         raise MessageFormatError("message is not a JSON object")
-    if isinstance(message.get("DDBStreamBatchInfo"), dict):
-        return _batch_range(message["DDBStreamBatchInfo"])
+    for name in ("DDBStreamBatchInfo", "KinesisBatchInfo"):
+        if isinstance(message.get(name), dict):
+            return _batch_range(message[name], name)
     if message.get("format") == MESSAGE_FORMAT:
         if "record" not in message and "recordObject" in message:
             return _stored(message)
         return _dead_lettered(message)
-    raise MessageFormatError("neither a Lambda on-failure message (DDBStreamBatchInfo) nor a dead-letter message")
+    raise MessageFormatError(
+        "neither a Lambda on-failure message (DDBStreamBatchInfo or KinesisBatchInfo) nor a dead-letter message"
+    )
 
 
-def _batch_range(info: dict[str, Any]) -> BatchRange:
+def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
     try:
         start, end = str(info["startSequenceNumber"]), str(info["endSequenceNumber"])
         if not (start.isdigit() and end.isdigit()):  # they are compared as integers
             raise ValueError("sequence number")
         size = info.get("batchSize")
-        return BatchRange(str(info["streamArn"]), str(info["shardId"]), start, end, int(size) if size else None)
+        return BatchRange(
+            str(info["streamArn"]),
+            str(info["shardId"]),
+            start,
+            end,
+            int(size) if size else None,
+            kinesis=name == "KinesisBatchInfo",
+        )
     except (KeyError, ValueError) as exc:
-        raise MessageFormatError(f"DDBStreamBatchInfo without a usable {exc}") from exc
+        raise MessageFormatError(f"{name} without a usable {exc}") from exc
 
 
 def _dead_lettered(message: dict[str, Any]) -> Incoming:
@@ -177,6 +194,22 @@ def read_range(streams: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lo
     # Lambda records name their stream; so do these, so that the core knows their table.
     records = [read_record({**raw, "eventSourceARN": batch.stream_arn}, Source.LAMBDA) for raw in found]
     lost = _lost(batch, [int(sequence_number_of(raw) or 0) for raw in found])
+    missing = max(0, batch.size - len(found)) if batch.size else 0
+    return records, lost, missing
+
+
+def read_kinesis_range(kinesis: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
+    """``read_range`` for a Kinesis data stream: each record's data decoded into the DynamoDB change it carries.
+
+    Raises:
+        TransientError / PermanentError: the stream could not be read (other than being gone).
+    """
+    try:
+        found = read_shard_range(kinesis, batch.stream_arn, batch.shard_id, batch.start, batch.end)
+    except StreamNotFoundError:
+        return [], [Lost(batch.start, batch.end, "the stream or its shard no longer exists")], batch.size or 0
+    records = [read_kinesis_bytes(raw["Data"], str(raw["SequenceNumber"])) for raw in found]
+    lost = _lost(batch, [int(raw["SequenceNumber"]) for raw in found])
     missing = max(0, batch.size - len(found)) if batch.size else 0
     return records, lost, missing
 

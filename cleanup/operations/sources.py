@@ -2,7 +2,8 @@
 
 A file holds one JSON document or JSON lines of documents. A document is one of:
 
-* a Lambda event ``{"Records": [...]}`` (records name their ``eventSourceARN``),
+* a Lambda event ``{"Records": [...]}`` (records name their ``eventSourceARN``), of a DynamoDB stream or of a
+  Kinesis data stream (``aws:kinesis`` records, whose ``kinesis.data`` is decoded as the KCL's is),
 * a GetRecords response ``{"Records": [...], "NextShardIterator": ...}``,
 * one stream record (``{"dynamodb": {...}, ...}``, as ``cleanup-worker capture`` writes them, one per line),
 * a KCL multilang ``processRecords`` message (records' ``data`` is the base64 JSON of a Kinesis-format change record;
@@ -16,8 +17,6 @@ Every record keeps where it came from (file, line, position in its document), so
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,15 @@ from typing import Any
 
 from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import SourceFileError
-from schemas.records import RecordError, Source, StreamRecord, UnreadableRecord, read_record
+from schemas.records import (
+    RecordError,
+    Source,
+    StreamRecord,
+    UnreadableRecord,
+    is_kinesis_event_record,
+    read_kinesis_data,
+    read_record,
+)
 
 Incoming = StreamRecord | UnreadableRecord
 
@@ -138,7 +145,10 @@ def _records_document(document: dict[str, Any], text: str | None, where: Locatio
     lines = _element_lines(text, "Records", len(records))
     for index, raw in enumerate(records):
         place = Location(where.file, lines[index] if lines else where.line, f"Records[{index}]")
-        yield _entry(raw, source, None, place)
+        if is_kinesis_event_record(raw):  # a Lambda event of a Kinesis data stream
+            yield _kinesis_record(raw["kinesis"], place)
+        else:
+            yield _entry(raw, source, None, place)
 
 
 def _kcl_message(message: dict[str, Any], text: str | None, where: Location) -> Iterator[Entry]:
@@ -156,15 +166,9 @@ def _kcl_message(message: dict[str, Any], text: str | None, where: Location) -> 
 
 def _kinesis_record(kinesis: Any, where: Location) -> Entry:
     sequence_number = kinesis.get("sequenceNumber") if isinstance(kinesis, dict) else None
-    sequence_number = sequence_number if isinstance(sequence_number, str) and sequence_number else None
-    try:
-        payload = json.loads(base64.b64decode(kinesis["data"], validate=True))
-    except (TypeError, KeyError, binascii.Error, ValueError) as exc:
-        error = f"KCL record data is not base64 JSON: {type(exc).__name__}: {exc}"
-        if sequence_number is None:
-            return Rejected(where, error)
-        return FileRecord(UnreadableRecord(sequence_number=sequence_number, error=error, raw=kinesis), where)
-    return _entry(payload, Source.KINESIS, sequence_number, where)
+    if not isinstance(sequence_number, str) or not sequence_number:
+        return Rejected(where, "Kinesis record without a sequenceNumber (its record cannot be reported)")
+    return FileRecord(read_kinesis_data(kinesis.get("data"), sequence_number), where)
 
 
 def _dead_letter(message: dict[str, Any], where: Location) -> Entry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from moto.server import ThreadedMotoServer
@@ -21,6 +22,8 @@ CREDENTIAL_ENV = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_SESSION_TOKEN": "testing",
 }
+
+REGISTRY_TTL_SECONDS = 2 * 3600 + 600  # API Gateway's two-hour cap on a connection, and a margin
 
 _ttl_lock = threading.Lock()
 
@@ -108,6 +111,50 @@ def create_session_table(
         ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
     arn = description.get("LatestStreamArn")
     return str(arn) if arn else None
+
+
+def create_registry_table(ddb: Any, table: str, *, index: str = "byConnection") -> None:
+    """A connection registry: one item per (room, connection) membership, ``pk = room#<roomId>#<shard>``,
+    ``sk = conn#<connectionId>``, TTL on ``expiresAt``, and the global secondary index ``index`` on ``connectionId``
+    (keys only: the table's key and the connection id)."""
+    ddb.create_table(
+        TableName=table,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "connectionId", "AttributeType": "S"},
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": index,
+                "KeySchema": [{"AttributeName": "connectionId", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"})
+
+
+def join_room(ddb: Any, table: str, room: str, connection_id: str, *, user_id: str, shard: int) -> dict[str, Any]:
+    """Add ``connection_id`` to ``room`` in the registry, in the room's partition ``shard``; returns the item's key."""
+    item = membership(room, connection_id, user_id=user_id, shard=shard)
+    ddb.put_item(TableName=table, Item=item)
+    return {name: item[name] for name in ("pk", "sk")}
+
+
+def membership(room: str, connection_id: str, *, user_id: str, shard: int) -> dict[str, Any]:
+    """The registry item of one membership (AttributeValue form), expiring a little after API Gateway's cap."""
+    now = int(time.time())
+    return {
+        "pk": {"S": f"room#{room}#{shard}"},
+        "sk": {"S": f"conn#{connection_id}"},
+        "connectionId": {"S": connection_id},
+        "userId": {"S": user_id},
+        "joinedAt": {"N": str(now)},
+        "expiresAt": {"N": str(now + REGISTRY_TTL_SECONDS)},
+    }
 
 
 def expire_by_ttl(table: str, key: dict[str, Any], region: str, account_id: str = DEFAULT_ACCOUNT_ID) -> None:

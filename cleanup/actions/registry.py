@@ -1,0 +1,154 @@
+"""Remove a closed connection's room memberships from the connection registry.
+
+A connection registry holds one item per (room, connection) membership (``pk = room#<roomId>#<shard>``,
+``sk = conn#<connectionId>``) and a global secondary index on the connection id (``byConnection``). A dead
+connection's memberships would otherwise stay until their own TTL, and every broadcast to those rooms would post to
+the closed socket and get a 410. The index is queried for the connection id, one page at a time, and each page's
+memberships are deleted with BatchWriteItem, 25 keys a call; UnprocessedItems are sent again with backoff.
+
+What is deleted, and how:
+
+* The index is eventually consistent, and what it returns is data read back, not a promise: an item is deleted only
+  if its connection-id attribute is exactly this connection id, and its key itself names the connection (a key
+  attribute is the id, or has it as a ``#``-separated part, as ``conn#<id>``). Keys never change, so a membership
+  keyed by this connection is this connection's even when the index lags behind the table; a row keyed otherwise
+  (by user, with its connection id rewritten on a reconnect) could be someone else's by now, and is kept.
+* Only the item's own key is sent: the table's key attributes (DescribeTable, once per process), nothing else.
+* A membership written after the Query (the index lags behind the table) is not seen: it is left to its TTL.
+
+The deadline is checked between pages and between calls (and ``cleanup.pacing`` bounds each call by it): out of
+time, what was deleted stays deleted and the record is reported transient, so the rest goes on its next delivery.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cleanup.calls import call
+from cleanup.exceptions import OutOfTimeError, TransientError
+from cleanup.retry import Deadline
+
+ACTION = "registry"
+BATCH = 25  # BatchWriteItem's limit
+QUERY_PAGE = 100  # memberships read, and deleted, at a time
+UNPROCESSED_TRIES = 8  # BatchWriteItem calls for one batch while DynamoDB leaves some of it unprocessed
+FIRST_WAIT_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    """Where a connection's memberships are: the table, its index on the connection id, and that attribute."""
+
+    table: str
+    index: str
+    attribute: str
+    keys: tuple[str, ...]
+    """The table's key attributes (partition key, then sort key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """How many memberships were deleted (or, in a dry run, would be), and how many the index named but were kept."""
+
+    deleted: int
+    kept: int
+
+
+def prune(
+    dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadline, *, max_wait: float = 2.0
+) -> Pruned:
+    """Delete every membership of ``connection_id`` the index knows.
+
+    Raises:
+        OutOfTimeError: the deadline came first; what was deleted stays deleted.
+        TransientError: throttling, 5xx, or items DynamoDB kept leaving unprocessed.
+        PermanentError: access denied, a missing table or index, and anything else.
+    """
+    deleted = kept = 0
+    try:
+        for page in _pages(dynamodb, registry, connection_id, deadline):
+            keys, foreign = _own_keys(page, registry, connection_id)
+            kept += foreign
+            for start in range(0, len(keys), BATCH):
+                _out_of_time(deadline, "the deadline came before the next batch")
+                _delete(dynamodb, registry.table, keys[start : start + BATCH], deadline, max_wait)
+                deleted += len(keys[start : start + BATCH])
+    except OutOfTimeError as exc:
+        raise OutOfTimeError(
+            f"{exc}; {deleted} memberships of {connection_id!r} deleted so far, the rest on the record's next delivery"
+        ) from exc
+    return Pruned(deleted, kept)
+
+
+def count(dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadline) -> Pruned:
+    """How many memberships ``prune`` would delete, and keep (read-only; for dry runs)."""
+    deleted = kept = 0
+    for page in _pages(dynamodb, registry, connection_id, deadline):
+        keys, foreign = _own_keys(page, registry, connection_id)
+        deleted, kept = deleted + len(keys), kept + foreign
+    return Pruned(deleted, kept)
+
+
+def _pages(dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadline) -> Iterator[list[dict[str, Any]]]:
+    names = {f"#a{i}": name for i, name in enumerate(dict.fromkeys((*registry.keys, registry.attribute)))}
+    request: dict[str, Any] = {
+        "TableName": registry.table,
+        "IndexName": registry.index,
+        "KeyConditionExpression": "#c = :c",
+        "ExpressionAttributeNames": {**names, "#c": registry.attribute},
+        "ExpressionAttributeValues": {":c": {"S": connection_id}},
+        "ProjectionExpression": ", ".join(names),
+        "Limit": QUERY_PAGE,
+    }
+    while True:
+        _out_of_time(deadline, "the deadline came before the next page")
+        page = call(dynamodb.query, "Query", deadline, **request)
+        yield list(page.get("Items", []))
+        if not page.get("LastEvaluatedKey"):
+            return
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _own_keys(items: Sequence[dict[str, Any]], registry: Registry, connection_id: str) -> tuple[list[Any], int]:
+    """The keys of the items that are this connection's memberships, and how many others the index returned."""
+    keys = []
+    for item in items:
+        key = {name: item[name] for name in registry.keys if name in item}
+        complete = len(key) == len(registry.keys)
+        if complete and item.get(registry.attribute) == {"S": connection_id} and _names(key, connection_id):
+            keys.append(key)
+    return keys, len(items) - len(keys)
+
+
+def _names(key: dict[str, Any], connection_id: str) -> bool:
+    """Whether a key attribute is ``connection_id``, or has it as a ``#``-separated part (``conn#<id>``)."""
+    texts = [value["S"] for value in key.values() if isinstance(value, dict) and isinstance(value.get("S"), str)]
+    return any(connection_id in text.split("#") for text in texts)
+
+
+def _delete(dynamodb: Any, table: str, keys: list[Any], deadline: Deadline, max_wait: float) -> None:
+    pending = [{"DeleteRequest": {"Key": key}} for key in keys]
+    wait = FIRST_WAIT_SECONDS
+    for _ in range(UNPROCESSED_TRIES):
+        answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
+        pending = list(answer.get("UnprocessedItems", {}).get(table, []))
+        if not pending:
+            return
+        pause = random.uniform(0, wait)  # full jitter, as DynamoDB advises for unprocessed items
+        _out_of_time(
+            deadline, f"the deadline came before {len(pending)} unprocessed memberships were sent again", pause
+        )
+        time.sleep(pause)
+        wait = min(wait * 2, max_wait)
+    raise TransientError(
+        f"BatchWriteItem: {len(pending)} memberships of {table!r} still unprocessed after {UNPROCESSED_TRIES} tries"
+    )
+
+
+def _out_of_time(deadline: Deadline, why: str, needed: float = 0.0) -> None:
+    if deadline.remaining() <= needed:
+        raise OutOfTimeError(why)

@@ -1,0 +1,82 @@
+"""Reading a range of one shard of a Kinesis data stream (a Kinesis mapping's failed batch, for redrive).
+
+The range is read from its first sequence number (GetShardIterator AT_SEQUENCE_NUMBER) with GetRecords, page after
+page, until a record at or past its last sequence number (compared as integers), the end of a closed shard, or the
+stream's tip: ``EMPTY_READS_AT_END`` empty pages in a row with nothing behind them (``MillisBehindLatest`` 0). An empty
+page while the shard still has records behind it (a stretch with no records) does not count. An iterator that expired
+(five minutes) is opened again just after the last record read. Records come back as GetRecords returns them
+(``Data`` already decoded from base64 by botocore).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cleanup.calls import call
+from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError
+from cleanup.streams.reader import EMPTY_READS_AT_END
+
+PAGE = 1000  # records per GetRecords: a failed batch is at most 10,000 records
+
+
+def read_shard_range(kinesis: Any, stream_arn: str, shard_id: str, start: str, end: str) -> list[dict[str, Any]]:
+    """The records of ``shard_id`` from ``start`` to ``end`` (inclusive) that the stream still holds.
+
+    Raises:
+        StreamNotFoundError: the stream or the shard does not exist (any more).
+        TransientError / PermanentError: the stream could not be read.
+    """
+    first, last = int(start), int(end)
+    found: list[dict[str, Any]] = []
+    iterator: str | None = _open(kinesis, stream_arn, shard_id, "AT_SEQUENCE_NUMBER", start)
+    read_to: str | None = None
+    empty = 0
+    while iterator is not None and empty < EMPTY_READS_AT_END:
+        try:
+            page = _read(kinesis, stream_arn, iterator)
+        except IteratorExpiredError:
+            after = ("AFTER_SEQUENCE_NUMBER", read_to) if read_to else ("AT_SEQUENCE_NUMBER", start)
+            iterator = _open(kinesis, stream_arn, shard_id, *after)
+            continue
+        records = page.get("Records", [])
+        numbers = [int(record["SequenceNumber"]) for record in records]
+        found += [record for record, number in zip(records, numbers, strict=True) if first <= number <= last]
+        if any(number >= last for number in numbers):
+            break
+        if records:
+            read_to = str(records[-1]["SequenceNumber"])
+        caught_up = not records and not page.get("MillisBehindLatest")
+        empty = empty + 1 if caught_up else 0
+        iterator = page.get("NextShardIterator")  # None at the end of a closed shard
+    return found
+
+
+def _open(kinesis: Any, stream_arn: str, shard_id: str, kind: str, sequence_number: str) -> str:
+    answer = call(
+        kinesis.get_shard_iterator,
+        "GetShardIterator",
+        None,
+        gone=("ResourceNotFoundException",),
+        StreamARN=stream_arn,
+        ShardId=shard_id,
+        ShardIteratorType=kind,
+        StartingSequenceNumber=sequence_number,
+    )
+    if answer is None:
+        raise StreamNotFoundError(f"shard {shard_id} of {stream_arn} does not exist")
+    return str(answer["ShardIterator"])
+
+
+def _read(kinesis: Any, stream_arn: str, iterator: str) -> dict[str, Any]:
+    answer = call(
+        kinesis.get_records,
+        "GetRecords",
+        None,
+        gone=("ResourceNotFoundException",),
+        StreamARN=stream_arn,
+        ShardIterator=iterator,
+        Limit=PAGE,
+    )
+    if answer is None:
+        raise StreamNotFoundError(f"stream {stream_arn} does not exist")
+    return dict(answer)

@@ -1,0 +1,179 @@
+"""The operator dashboard: every widget watches a metric the worker really emits, under the namespace, name and
+dimensions it is emitted with, and together they answer the questions the README says they answer.
+
+What the worker emits is read from its code (every literal metric name handed to ``Metrics.count`` or
+``Metrics.observe``, with its dimension) and the dimensions each one carries from ``cleanup.telemetry`` itself (an EMF
+document is written and read back): a metric emitted with a dimension exists in CloudWatch only with that dimension
+set, so a widget naming another set would show nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from cleanup.actions import connection, grant, registry, scratch
+from cleanup.expiry.sweeper import Verdict
+from cleanup.telemetry import Metrics, MetricsSink
+from schemas.outcomes import Reason
+from schemas.settings import Settings
+from tests.test_template import transformed
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+NAMESPACE, SERVICE = "Namespace-Under-Test", "service-under-test"
+SUBSTITUTIONS = {
+    "AWS::Region": "eu-west-1",
+    "MetricsNamespace": NAMESPACE,
+    "ServiceName": SERVICE,
+    "CleanupFunction": "cleanup-function",
+    "DeadLetterQueue.QueueName": "dead-letter-queue",
+    "OnFailureQueue.QueueName": "on-failure-queue",
+    "IteratorAgeAlarmMilliseconds": "300000",
+}
+ACTIONS = {connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION}
+# The values each dimension of the worker's metrics can take.
+DIMENSION_VALUES = {
+    "Reason": {reason.value for reason in Reason},
+    "Action": ACTIONS,
+    "Verdict": {verdict.value for verdict in Verdict},
+}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One metric of one widget."""
+
+    widget: str
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+    stat: str | None
+
+
+@cache
+def dashboard() -> dict[str, Any]:
+    """The dashboard's body, its ``${...}`` substitutions made (an unknown one fails here)."""
+    body = transformed()["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert set(re.findall(r"\$\{([^}]+)\}", body)) <= set(SUBSTITUTIONS)
+    parsed: dict[str, Any] = json.loads(re.sub(r"\$\{([^}]+)\}", lambda m: SUBSTITUTIONS[m.group(1)], body))
+    return parsed
+
+
+def lines() -> list[Line]:
+    found = []
+    for widget in dashboard()["widgets"]:
+        properties = widget["properties"]
+        for metric in properties["metrics"]:
+            options = metric[-1] if isinstance(metric[-1], dict) else {}
+            fields = [part for part in metric if not isinstance(part, dict)]
+            namespace, name, pairs = fields[0], fields[1], fields[2:]
+            dimensions = dict(zip(pairs[::2], pairs[1::2], strict=True))
+            stat = options.get("stat", properties.get("stat"))
+            found.append(Line(properties["title"], namespace, name, dimensions, stat))
+    return found
+
+
+def ours() -> list[Line]:
+    return [line for line in lines() if line.namespace == NAMESPACE]
+
+
+@cache
+def emitted() -> dict[str, str]:
+    """Every metric the worker's code emits (a literal name given to ``count`` or ``observe``) and the dimension it
+    is emitted with ('' for none)."""
+    found: dict[str, str] = {}
+    for path in [*ROOT.joinpath("cleanup").rglob("*.py"), *ROOT.joinpath("worker").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            literals = [arg.value if isinstance(arg, ast.Constant) else None for arg in node.args]
+            name = literals[0] if literals else None
+            if node.func.attr not in ("count", "observe") or not isinstance(name, str):
+                continue
+            if re.fullmatch(r"[A-Z][A-Za-z]+", name):
+                dimension = literals[1] if node.func.attr == "count" and len(literals) > 1 else ""
+                assert found.get(name, dimension) == dimension, f"{name} is emitted with two dimensions"
+                found[name] = str(dimension or "")
+    return found
+
+
+def emf_dimensions(name: str, dimension: str) -> set[str]:
+    """The dimension set ``cleanup.telemetry`` writes for ``name``, read back from the EMF document it writes."""
+    out = io.StringIO()
+    settings = Settings(metrics_namespace=NAMESPACE, service_name=SERVICE)
+    metrics = Metrics(settings, MetricsSink("stdout", stream=out))
+    if dimension:
+        metrics.count(name, dimension, "value")
+    else:
+        metrics.observe(name, 1.0)
+    metrics.flush()
+    [document] = [json.loads(line) for line in out.getvalue().splitlines()]
+    [directive] = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == NAMESPACE and document["Service"] == SERVICE
+    return set(directive["Dimensions"][0])
+
+
+def test_the_code_scan_finds_the_metrics_the_alarms_already_watch() -> None:
+    assert {"SessionsCleaned", "RecordsFailed", "RecordsDeadLettered", "ActionFailures", "SweepLagSeconds"} <= set(
+        emitted()
+    )
+    assert emitted()["SessionsCleaned"] == "Reason" and emitted()["ActionFailures"] == "Action"
+
+
+def test_every_worker_metric_on_the_dashboard_is_emitted_with_exactly_those_dimensions() -> None:
+    assert ours()
+    for line in ours():
+        assert line.name in emitted(), f"{line.widget}: {line.name} is not a metric the worker emits"
+        assert set(line.dimensions) == emf_dimensions(line.name, emitted()[line.name]), line
+        assert line.dimensions["Service"] == SERVICE
+
+
+def test_dimension_values_are_ones_the_worker_emits() -> None:
+    for line in ours():
+        for dimension, value in line.dimensions.items():
+            if dimension != "Service":
+                assert value in DIMENSION_VALUES[dimension], line
+
+
+def test_sessions_cleaned_by_every_reason() -> None:
+    cleaned = [line for line in ours() if line.name == "SessionsCleaned"]
+
+    assert {line.dimensions["Reason"] for line in cleaned} == {reason.value for reason in Reason}
+    assert {line.stat for line in cleaned} == {"Sum"}
+
+
+def test_ttl_lag_at_p50_and_p99_and_the_sweepers_lag() -> None:
+    stats = {(line.name, line.stat) for line in ours()}
+
+    assert {("TtlLagSeconds", "p50"), ("TtlLagSeconds", "p99")} <= stats
+    assert any(name == "SweepLagSeconds" for name, _ in stats)
+
+
+def test_records_failed_dead_lettered_and_failures_of_every_action() -> None:
+    names = {line.name for line in ours()}
+    actions = {line.dimensions["Action"] for line in ours() if line.name == "ActionFailures"}
+
+    assert {"RecordsFailed", "RecordsDeadLettered"} <= names
+    assert actions == ACTIONS
+
+
+def test_the_mappings_iterator_age_and_both_queues() -> None:
+    others = {(line.namespace, line.name, tuple(sorted(line.dimensions.items()))) for line in lines()}
+
+    assert ("AWS/Lambda", "IteratorAge", (("FunctionName", "cleanup-function"),)) in others
+    for queue in ("dead-letter-queue", "on-failure-queue"):
+        assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", queue),)) in others
+
+
+def test_the_readme_says_what_each_widget_answers() -> None:
+    section = README[README.index("### The dashboard") :]
+    for widget in dashboard()["widgets"]:
+        question = widget["properties"]["title"].split(": ", 1)[1]
+        assert question in section, question
