@@ -9,7 +9,7 @@ included:
   attempt leaves too little time for botocore's backoff and another try, the call ends there (``OutOfTimeError``,
   transient) instead of sleeping past the deadline. No request can outlive a Lambda invocation.
 * **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
-  bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, GetItem, ...) gets
+  bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, BatchGetItem, ...) gets
   HTTP_TIMEOUT_SECONDS.
 * **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
   thread and client of the process. A timeout or a throttling answer halves the limit (once per round of attempts

@@ -118,6 +118,7 @@ PLATFORM_ACTIONS = {
 }
 IAM_ACTIONS = {
     ("dynamodb", "GetItem"): {"dynamodb:GetItem"},
+    ("dynamodb", "BatchGetItem"): {"dynamodb:BatchGetItem"},
     ("kms", "RetireGrant"): {"kms:RetireGrant"},
     ("s3", "GetBucketVersioning"): {"s3:GetBucketVersioning"},
     ("s3", "ListObjectsV2"): {"s3:ListBucket"},
