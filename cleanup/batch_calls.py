@@ -1,8 +1,8 @@
-"""The requests the records of one batch share: live items read by table.
+"""The requests the records of one batch share: live items read by table, scratch pages deleted by bucket.
 
-One ``BatchCalls`` per batch (``pipeline.process_batch``): its coalescers (``cleanup.coalesce``) join the reads of
-the records being cleaned at the same moment into BatchGetItem calls. Clients are asked for only when a request is
-sent, so a batch of bad records makes no call at all.
+One ``BatchCalls`` per batch (``pipeline.process_batch``): its coalescers (``cleanup.coalesce``) join the reads and
+deletions of the records being cleaned at the same moment into BatchGetItem and DeleteObjects calls. Clients are
+asked for only when a request is sent, so a batch of bad records makes no call at all.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from cleanup.coalesce import READ, Batchmates, Coalescer, Part
+from cleanup.actions import scratch
+from cleanup.coalesce import DELETE, READ, Batchmates, Coalescer, Part
 from cleanup.race import BATCH_KEYS, client_keys, read_live_items
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
@@ -27,6 +28,7 @@ class BatchCalls:
         self.mates = mates or Batchmates()
         self._lock = threading.Lock()
         self._readers: dict[str, LiveReader] = {}
+        self._deleters: dict[str, scratch.Deleter] = {}
 
     def live(self, table: str, keys: dict[str, Any], deadline: Deadline, then: str | None = None) -> Session | None:
         """The item now stored under ``keys`` in ``table`` (a consistent read, batched), or None if there is none.
@@ -39,6 +41,14 @@ class BatchCalls:
         """
         return self._reader(table).submit(client_keys(keys), 1, deadline, then)
 
+    def deleter(self, bucket: str) -> scratch.Deleter:
+        """Where the records' scratch pages in ``bucket`` are deleted together."""
+        with self._lock:
+            deleter = self._deleters.get(bucket)
+            if deleter is None:
+                deleter = self._deleters[bucket] = Coalescer(self.mates, DELETE, self._delete, scratch.PAGE)
+            return deleter
+
     def _reader(self, table: str) -> LiveReader:
         with self._lock:
             reader = self._readers.get(table)
@@ -50,3 +60,6 @@ class BatchCalls:
 
                 reader = self._readers[table] = Coalescer(self.mates, READ, read, BATCH_KEYS)
             return reader
+
+    def _delete(self, parts: list[Part[scratch.Page, int]], deadline: Deadline) -> None:
+        scratch.delete_pages(self.runtime.clients.s3, parts, deadline)

@@ -5,8 +5,9 @@ bounded I/O pool. Records of the same item key keep their stream order: they run
 and once one of them fails the later ones are not executed and are reported failed too, so a retry replays them in
 order.
 
-The race check's reads of the records being cleaned at the same moment go in shared requests
-(``cleanup.batch_calls``: BatchGetItem), each record answered for its own item.
+The race check's reads and the scratch deletions of the records being cleaned at the same moment go in shared
+requests (``cleanup.batch_calls``: BatchGetItem, and DeleteObjects of several sessions' keys), each record answered
+for its own part.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+from cleanup.actions import scratch
 from cleanup.batch_calls import BatchCalls
 from cleanup.classify import Decision, classify, item_key
-from cleanup.coalesce import READ, Batchmates
+from cleanup.coalesce import DELETE, READ, Batchmates
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.plan import execute, plan
@@ -130,13 +132,14 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     decision = classify(record, runtime.settings)
     if decision.session is None:
         return _outcome(record, decision, Status.SKIPPED)
-    steps = plan(decision.session, runtime)
+    steps = plan(decision.session, runtime, calls)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
+    then = DELETE if not dry_run and any(step.action == scratch.ACTION and step.run for step in steps) else None
     if steps and runtime.settings.race_check:
-        live = _live(record, runtime, deadline, calls)
+        live = _live(record, runtime, deadline, calls, then)
     else:
         live = None
-        calls.mates.head(None)
+        calls.mates.head(then)
     results = tuple(execute(step, runtime, deadline, live=live, dry_run=dry_run) for step in steps)
     failures = [result for result in results if not result.ok]
     if not failures:
@@ -151,13 +154,15 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     )
 
 
-def _live(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls) -> Session | None:
+def _live(
+    record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls, then: str | None
+) -> Session | None:
     table = record.table or runtime.settings.session_table
     if not table:
         raise MissingConfigError(
             "cannot check for a reconnected session: the record names no table; set SESSION_TABLE (or RACE_CHECK=false)"
         )
-    return call_with_retry(lambda: calls.live(table, record.keys, deadline), runtime.settings, deadline)
+    return call_with_retry(lambda: calls.live(table, record.keys, deadline, then), runtime.settings, deadline)
 
 
 def _outcome(
