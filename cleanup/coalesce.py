@@ -50,16 +50,24 @@ class Batchmates:
         """``workers`` threads are about to start, each heading to its first read."""
         self.quiet = quiet
         self.max_wait = max_wait
-        self.condition = threading.Condition()
+        self.lock = threading.Lock()
         self.heading: Counter[str] = Counter({READ: workers})
         self._unclaimed = workers
         self._stage: dict[int, str | None] = {}
+        self._waiters: dict[str, list[threading.Condition]] = {}
+
+    def condition(self, stage: str) -> threading.Condition:
+        """A condition on ``lock`` for one coalescer of ``stage``, notified when no thread heads there any more."""
+        with self.lock:
+            condition = threading.Condition(self.lock)
+            self._waiters.setdefault(stage, []).append(condition)
+            return condition
 
     @contextmanager
     def worker(self) -> Iterator[None]:
         """The calling thread works for the batch while the block runs, heading first to a read."""
         me = threading.get_ident()
-        with self.condition:
+        with self.lock:
             if self._unclaimed:
                 self._unclaimed -= 1  # counted already, when the batch began
             else:
@@ -68,17 +76,17 @@ class Batchmates:
         try:
             yield
         finally:
-            with self.condition:
+            with self.lock:
                 self._move(me, None)
                 del self._stage[me]
 
     def head(self, stage: str | None) -> None:
         """The calling thread's next stage (None: it will join none soon)."""
-        with self.condition:
+        with self.lock:
             self._move(threading.get_ident(), stage)
 
     def _move(self, thread: int, stage: str | None) -> None:
-        """The caller holds ``condition``."""
+        """The caller holds ``lock``."""
         if thread not in self._stage:
             return
         before = self._stage[thread]
@@ -86,16 +94,24 @@ class Batchmates:
             return
         if before is not None:
             self.heading[before] -= 1
-            if self.heading[before] <= 0:
-                self.condition.notify_all()  # a request waiting for the last of them is due
+            self._wake(before)
         if stage is not None:
             self.heading[stage] += 1
         self._stage[thread] = stage
 
+    def _wake(self, stage: str) -> None:
+        """Requests of ``stage`` waiting for the last thread on its way are due once none is (the caller holds
+        ``lock``)."""
+        if self.heading[stage] <= 0:
+            for condition in self._waiters.get(stage, ()):
+                condition.notify_all()
+
     def _give_up_unclaimed(self) -> None:
         """Workers counted at the start that have not come yet (the pool is busy elsewhere) are not waited for."""
-        self.heading[READ] -= self._unclaimed
-        self._unclaimed = 0
+        if self._unclaimed:
+            self.heading[READ] -= self._unclaimed
+            self._unclaimed = 0
+            self._wake(READ)
 
 
 @dataclass(eq=False)
@@ -139,6 +155,7 @@ class Coalescer(Generic[T, R]):
 
     def __init__(self, mates: Batchmates, stage: str, send: Send[T, R], capacity: int) -> None:
         self._mates = mates
+        self._condition = mates.condition(stage)
         self._stage = stage
         self._send = send
         self._capacity = capacity
@@ -153,7 +170,7 @@ class Coalescer(Generic[T, R]):
             Whatever error the request that carried it ended with, for this part.
         """
         part: Part[T, R] = Part(item, size, deadline, then, threading.get_ident())
-        condition = self._mates.condition
+        condition = self._condition
         with condition:
             full = self._pending.parts and self._pending.size + size > self._capacity
             earlier = self._take() if full else None  # no room for this part: what waits goes now
@@ -195,12 +212,12 @@ class Coalescer(Generic[T, R]):
         return min(self._pending.joined + self._mates.quiet, self._pending.opened + self._mates.max_wait)
 
     def _take(self) -> _Request[T, R]:
-        """The caller holds ``condition``."""
+        """The caller holds the batch's lock."""
         request, self._pending = self._pending, _Request()
         for part in request.parts:
             part.taken = True
         self._mates._give_up_unclaimed()
-        self._mates.condition.notify_all()  # the parts taken stop waiting to be sent
+        self._condition.notify_all()  # the parts taken stop waiting to be sent
         return request
 
     def _dispatch(self, request: _Request[T, R]) -> None:
@@ -214,7 +231,7 @@ class Coalescer(Generic[T, R]):
                 raise
         finally:
             unanswered = PermanentError("internal error: a request ended without answering this part")
-            with self._mates.condition:
+            with self._mates.lock:
                 for part in request.parts:
                     part.fail(unanswered)
                     self._mates._move(part.thread, part.then if part.error is None else None)
