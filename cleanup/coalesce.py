@@ -36,9 +36,12 @@ R = TypeVar("R")
 
 READ = "read"
 DELETE = "delete"
-QUIET_SECONDS = 0.03
+COMERS = {READ: (READ, DELETE), DELETE: (DELETE,)}
+"""Threads heading where may still join a stage's request: one on its way to a deletion may find nothing to delete
+and come to its next read instead."""
+QUIET_SECONDS = 0.05
 """How long a request waits for one more part: longer than a busy process takes to bring the next thread along
-(one record's calls of CPU), shorter than a round trip to AWS."""
+(a few records' calls of CPU, on a fraction of a vCPU), and than the spread of AWS's answers to the calls before."""
 MAX_WAIT_SECONDS = 0.5
 """The longest any part waits for others, however steadily they come."""
 
@@ -99,12 +102,17 @@ class Batchmates:
             self.heading[stage] += 1
         self._stage[thread] = stage
 
-    def _wake(self, stage: str) -> None:
-        """Requests of ``stage`` waiting for the last thread on its way are due once none is (the caller holds
+    def expected(self, stage: str) -> int:
+        """Threads that may still join a request of ``stage`` (the caller holds ``lock``)."""
+        return sum(self.heading[comer] for comer in COMERS.get(stage, (stage,)))
+
+    def _wake(self, left: str) -> None:
+        """Requests waiting for the last thread that was heading to ``left`` are due once none is (the caller holds
         ``lock``)."""
-        if self.heading[stage] <= 0:
-            for condition in self._waiters.get(stage, ()):
-                condition.notify_all()
+        for stage, conditions in self._waiters.items():
+            if left in COMERS.get(stage, (stage,)) and self.expected(stage) <= 0:
+                for condition in conditions:
+                    condition.notify_all()
 
     def _give_up_unclaimed(self) -> None:
         """Workers counted at the start that have not come yet (the pool is busy elsewhere) are not waited for."""
@@ -204,7 +212,7 @@ class Coalescer(Generic[T, R]):
     def _due(self) -> bool:
         return (
             self._pending.size >= self._capacity
-            or self._mates.heading[self._stage] <= 0
+            or self._mates.expected(self._stage) <= 0
             or time.monotonic() >= self._wake_at()
         )
 
