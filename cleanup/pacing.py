@@ -67,9 +67,10 @@ class Gate:
         """Wait for a slot (at most ``timeout`` seconds, None: as long as it takes); the round it was taken in, or
         None if none came free in time."""
         with self._condition:
-            wait = None if timeout is None else max(0.0, timeout)
-            if not self._condition.wait_for(lambda: self.in_flight < self.limit, timeout=wait):
-                return None
+            if self.in_flight >= self.limit:  # else a slot is free: no need for the waiting machinery
+                wait = None if timeout is None else max(0.0, timeout)
+                if not self._condition.wait_for(lambda: self.in_flight < self.limit, timeout=wait):
+                    return None
             self.in_flight += 1
             return self.round
 
