@@ -39,7 +39,7 @@ DELETE = "delete"
 COMERS = {READ: (READ, DELETE), DELETE: (DELETE,)}
 """Threads heading where may still join a stage's request: one on its way to a deletion may find nothing to delete
 and come to its next read instead."""
-QUIET_SECONDS = 0.05
+QUIET_SECONDS = 0.1
 """How long a request waits for one more part: longer than a busy process takes to bring the next thread along
 (a few records' calls of CPU, on a fraction of a vCPU), and than the spread of AWS's answers to the calls before."""
 MAX_WAIT_SECONDS = 0.5
