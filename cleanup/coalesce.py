@@ -11,7 +11,9 @@ one of the waiting threads, as soon as:
   the next record's read), so the threads of a batch, started together, go through each stage together; or
 * no part has joined for ``QUIET_SECONDS``, or the first has waited ``MAX_WAIT_SECONDS``: a thread slowed down
   elsewhere (a throttled call, a slow listing) delays the others by that much at most, and then catches up with them
-  at a later stage.
+  at a later stage; or
+* a part's deadline leaves just the time for a call (``SEND_BY_SECONDS``): no part waits for others past the moment
+  its own call could still be made.
 
 Each thread is answered for its own part only, by the sender (``Send``) that knows the request: its own result, or
 the error of the request that carried it. A part that no answer names gets the request's error, or, if the sender
@@ -20,6 +22,7 @@ forgot it, an error saying so: no thread waits for ever, and no part is taken fo
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -44,6 +47,9 @@ QUIET_SECONDS = 0.1
 (a few records' calls of CPU, on a fraction of a vCPU), and than the spread of AWS's answers to the calls before."""
 MAX_WAIT_SECONDS = 0.5
 """The longest any part waits for others, however steadily they come."""
+SEND_BY_SECONDS = 1.0
+"""A request goes at the latest this long before its earliest part's deadline: time for a connection and an answer
+(``cleanup.pacing`` starts no call with less than 0.75 s left)."""
 
 
 class Batchmates:
@@ -155,6 +161,7 @@ class _Request(Generic[T, R]):
     size: int = 0
     opened: float = 0.0
     joined: float = 0.0
+    send_by: float = math.inf
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -206,6 +213,8 @@ class Coalescer(Generic[T, R]):
         self._pending.parts.append(part)
         self._pending.size += part.size
         self._pending.joined = now
+        if part.deadline.at is not None:
+            self._pending.send_by = min(self._pending.send_by, part.deadline.at - SEND_BY_SECONDS)
         self._mates._move(part.thread, None)  # waiting here, no longer on its way
         return self._pending
 
@@ -217,7 +226,8 @@ class Coalescer(Generic[T, R]):
         )
 
     def _wake_at(self) -> float:
-        return min(self._pending.joined + self._mates.quiet, self._pending.opened + self._mates.max_wait)
+        pending = self._pending
+        return min(pending.joined + self._mates.quiet, pending.opened + self._mates.max_wait, pending.send_by)
 
     def _take(self) -> _Request[T, R]:
         """The caller holds the batch's lock."""

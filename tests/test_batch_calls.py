@@ -15,7 +15,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from cleanup.actions import scratch
-from cleanup.coalesce import Part
+from cleanup.coalesce import READ, SEND_BY_SECONDS, Batchmates, Coalescer, Part
 from cleanup.exceptions import PermanentError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
 from cleanup.pipeline import run_batch
@@ -265,3 +265,22 @@ def test_a_shared_delete_that_fails_as_a_whole_fails_only_the_records_whose_keys
     assert sorted(stack.objects("sessions/")) == sorted(key for made in with_data for key in made.objects)
     assert stack.grant_ids() == set()
     assert world.plan.by_call[("s3", "DeleteObjects", "access-denied")] < len(with_data)  # they shared calls
+
+
+def test_a_part_near_its_deadline_is_sent_while_there_is_time_for_the_call() -> None:
+    # Another worker is counted on its way but never comes, and the waits are long: only the deadline can send it.
+    mates = Batchmates(workers=2, quiet=30.0, max_wait=30.0)
+    left_at_send: list[float] = []
+
+    def send(parts: list[Part[str, str]], deadline: Deadline) -> None:
+        left_at_send.append(deadline.remaining())
+        for part in parts:
+            part.answer(part.item.upper())
+
+    reader: Coalescer[str, str] = Coalescer(mates, READ, send, 100)
+    deadline = Deadline.after(SEND_BY_SECONDS + 0.5)
+    with mates.worker():
+        answer = reader.submit("key", 1, deadline)
+
+    assert answer == "KEY"
+    assert left_at_send and left_at_send[0] >= SEND_BY_SECONDS - 0.25  # a call's worth of time was left
