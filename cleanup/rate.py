@@ -15,7 +15,9 @@ moment throttles a small share whatever the rate. ``Rate`` tells the two apart b
   dropped.
 
 Requests are spaced to the limit (``reserve``), shared by every thread of the process; a request whose turn would
-come after its caller's deadline is not given one.
+come after its caller's deadline is not given one. botocore's own adaptive retry mode does much the same, but its
+token bucket waits for a token with no deadline, it belongs to one client (the Management API has one per endpoint),
+and it cuts the rate at every throttling answer, so that scattered throttling drives it towards nothing.
 """
 
 from __future__ import annotations
