@@ -43,7 +43,7 @@ def stub_response(request: Any, event_name: str, **_: Any) -> Any:
 
     operation = event_name.rsplit(".", 1)[-1]
     answers: dict[str, tuple[int, dict[str, str], str]] = {
-        "GetItem": (200, JSON, "{}"),
+        "BatchGetItem": (200, JSON, '{"Responses": {}, "UnprocessedKeys": {}}'),
         "RetireGrant": (200, JSON, "{}"),
         "DeleteConnection": (204, {}, ""),
         "GetBucketVersioning": (200, XML, "<VersioningConfiguration/>"),

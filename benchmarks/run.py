@@ -1,6 +1,6 @@
 """Run every benchmark in one go and print the figures and their ratios as Markdown.
 
-.venv/bin/python -m benchmarks.run            # the full run (~4 minutes on 2 cores)
+.venv/bin/python -m benchmarks.run            # the full run (~6 minutes on 2 cores)
 .venv/bin/python -m benchmarks.run --quick    # smaller sizes, for a first look
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,11 +17,12 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from benchmarks import cold, decoding
+from benchmarks import ceiling, cold, decoding, stubbed
 from benchmarks.baseline_sequential import SequentialHandler
 from benchmarks.latency_proxy import LatencyProxy
 from benchmarks.plot import plot
 from benchmarks.powertools_batch import PowertoolsHandler
+from benchmarks.stub_aws import StubAws
 from benchmarks.throughput import Result, ideal_seconds, minimum_calls, per_session, run_alternative, run_worker
 from benchmarks.world import World
 from worker.local.backend import CREDENTIAL_ENV
@@ -37,11 +39,14 @@ class Sizes:
     decode: int
     prefixes: tuple[int, ...]
     memory_batch: int
+    stub_batch: int
+    turns: int
 
 
-FULL = Sizes(1000, 100, {1: 25, 4: 200, 16: 200, 64: 200}, 10_000, (1_000, 10_000), 10_000)
+FULL = Sizes(1000, 100, {1: 25, 4: 200, 16: 200, 64: 200}, 10_000, (1_000, 10_000), 10_000, 1000, 3)
 BIG_PREFIX = 100_000  # moto lists a prefix in time proportional to the bucket: 100 pages of it take ~90 s
-QUICK = Sizes(200, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000)
+QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1)
+BEFORE = "972c24c"  # the commit before calls were shared across sessions and CPU was trimmed
 
 
 def out(line: str = "") -> None:
@@ -77,20 +82,71 @@ def throughput(world: World, sizes: Sizes) -> tuple[list[Result], list[Result]]:
 def calls(world: World, first: Result, again: Result) -> None:
     """Section 2: calls per session against the minimum, and what a second delivery costs."""
     big = run_worker(world, 1, world.endpoints["aws"], "one session of 2,500 objects", objects=2500)[0]
+    operations = list(minimum_calls(3))
     out("## 2. AWS calls per session (botocore before-call events)\n")
-    out("| case | " + " | ".join(minimum_calls(3)) + " | GetBucketVersioning (per process) |")
-    out("|---|" + "---:|" * (len(minimum_calls(3)) + 1))
+    out("| case | " + " | ".join(operations) + " | total | GetBucketVersioning (per process) |")
+    out("|---|" + "---:|" * (len(operations) + 2))
     rows = [
-        ("minimum, 3 objects", minimum_calls(3), None),
+        (f"minimum, 3 objects, batch of {first.records}", minimum_calls(3, first.records), None),
         ("worker, first delivery", per_session(first.calls, first.records), first.calls["GetBucketVersioning"]),
         ("worker, second delivery", per_session(again.calls, again.records), again.calls["GetBucketVersioning"]),
-        ("minimum, 2,500 objects", minimum_calls(2500), None),
-        ("worker, 2,500 objects", per_session(big.calls, 1), big.calls["GetBucketVersioning"]),
+        ("minimum, one session of 2,500 objects", minimum_calls(2500), None),
+        ("worker, one session of 2,500 objects", per_session(big.calls, 1), big.calls["GetBucketVersioning"]),
     ]
     for name, counts, versioning in rows:
-        cells = " | ".join(f"{counts.get(op, 0):g}" for op in minimum_calls(3))
-        out(f"| {name} | {cells} | {'' if versioning is None else versioning} |")
-    out(f"\nsecond delivery of the same batch: {again.seconds:.2f} s ({again.per_second:.0f} records/s)\n")
+        cells = " | ".join(f"{counts.get(op, 0):.3g}" for op in operations)
+        total = sum(counts.get(op, 0) for op in operations)
+        out(f"| {name} | {cells} | {total:.3f} | {'' if versioning is None else versioning} |")
+    total = sum(per_session(first.calls, first.records).values())
+    out(f"\ncalls per session, batch of {first.records}, 3 objects each: {total:.3f} (target <= 3.1)")
+    out(f"second delivery of the same batch: {again.seconds:.2f} s ({again.per_second:.0f} records/s)\n")
+
+
+def own_costs(sizes: Sizes, before: str) -> None:
+    """Sections 7 and 8: against the stub AWS, CPU per session before and after, where it goes, the ceiling, and
+    the Lambda sizing that follows."""
+    with StubAws(LATENCY) as stub, stubbed.earlier_tree(before) as earlier:
+        compared = ceiling.compare(stub, earlier, sizes.stub_batch, sizes.turns)
+        shares_before = ceiling.profile_shares(stub, earlier, sizes.stub_batch)
+        shares_after = ceiling.profile_shares(stub, stubbed.ROOT, sizes.stub_batch)
+    before_ms, after_ms = ceiling.Comparison.median_cpu(compared.before), ceiling.Comparison.median_cpu(compared.after)
+    out(f"## 7. The worker's own costs, against a stub AWS ({LATENCY * 1000:.0f} ms a call, no moto)\n")
+    out(
+        f"{sizes.stub_batch} sessions (1 connection, 1 grant, 3 objects each), default settings, warm, logs on; "
+        f"{sizes.turns} turns each, in alternation; before = commit {before}\n"
+    )
+    out("| worker | client CPU ms / session (median) | each turn | calls / session | seconds (median) | sessions/s |")
+    out("|---|---:|---|---:|---:|---:|")
+    for name, runs in (("before", compared.before), ("after", compared.after)):
+        turns = ", ".join(f"{run.cpu_ms_per_session:.2f}" for run in runs)
+        seconds = statistics.median(run.seconds for run in runs)
+        calls = runs[0].total_calls / runs[0].sessions
+        median_cpu = ceiling.Comparison.median_cpu(runs)
+        out(f"| {name} | {median_cpu:.2f} | {turns} | {calls:.3f} | {seconds:.2f} | {sizes.stub_batch / seconds:.0f} |")
+    out(f"\n- client CPU per session: {before_ms:.2f} -> {after_ms:.2f} ms, {compared.saving:.0%} less (target >= 35%)")
+    best = min(compared.after, key=lambda run: run.seconds)
+    ideal = ceiling.ideal_seconds(best)
+    out(
+        f"- ceiling: {best.seconds:.2f} s for {best.sessions} sessions ({best.per_second:.0f}/s, "
+        f"{best.cpu_seconds:.2f} s of CPU) against the latency-only ideal of {best.total_calls} calls x "
+        f"{LATENCY * 1000:.0f} ms / 32 = {ideal:.2f} s: {best.seconds / ideal:.2f}x (target <= 1.5x); "
+        f"CPU alone is {best.cpu_seconds / ideal:.2f}x"
+    )
+    out("\nWhere the CPU goes (cProfile of every thread with a CPU clock; each part's cumulative share of the profile,")
+    out("times the median CPU per session above):\n")
+    out("| part | before ms / session | after ms / session |")
+    out("|---|---:|---:|")
+    for (label, before_share), (_, after_share) in zip(shares_before, shares_after, strict=True):
+        name = label.replace("  ", "&nbsp;&nbsp;")
+        before_cell = f"{before_share * before_ms:.2f} ({before_share:.0%})"
+        out(f"| {name} | {before_cell} | {after_share * after_ms:.2f} ({after_share:.0%}) |")
+    out("\n## 8. Lambda sizing (one invocation; CPU in proportion to memory, a full vCPU at 1,769 MB)\n")
+    out("| memory MB | vCPU | sessions/s | arm64 cost per million sessions |")
+    out("|---:|---:|---:|---:|")
+    for row in ceiling.sizing(after_ms, best.per_second):
+        out(f"| {row['memory']:.0f} | {row['vcpu']:.2f} | {row['per_second']:.0f} | ${row['cost']:.2f} |")
+    out(f"\nfrom {after_ms:.2f} ms of CPU per session, capped at the ceiling on a full core ({best.per_second:.0f}/s)")
+    out()
 
 
 def sweep(world: World, sizes: Sizes, flat: list[Result]) -> None:
@@ -156,6 +212,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Benchmarks of the session cleanup worker.")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--big", action="store_true", help=f"also a prefix of {BIG_PREFIX:,} objects (~2 minutes)")
+    parser.add_argument("--before", default=BEFORE, help=f"the commit to compare CPU with (default {BEFORE})")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.big:
@@ -180,6 +237,7 @@ def main() -> int:
             sweep(world, sizes, flat)
             decode(sizes)
             memory_and_cold_start(world, sizes)
+    own_costs(sizes, args.before)
     out(f"total time: {time.perf_counter() - started:.0f} s; load average at end {os.getloadavg()[0]:.1f}")
     return 0
 

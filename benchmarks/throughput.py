@@ -162,13 +162,15 @@ def per_session(calls: Counter[str], sessions: int) -> dict[str, float]:
     return {name: count / sessions for name, count in sorted(calls.items()) if name != "GetBucketVersioning"}
 
 
-def minimum_calls(objects: int) -> dict[str, float]:
-    """The fewest calls one session can be cleaned with (connection, grant, race check, and the prefix's pages)."""
+def minimum_calls(objects: int, sessions: int = 1) -> dict[str, float]:
+    """The fewest calls a session can be cleaned with in a batch of ``sessions``: its connection, its grant and the
+    listing of its prefix's pages, and its share of the batch's reads (BatchGetItem, 100 keys) and deletions
+    (DeleteObjects, 1,000 keys a call, shared by the batch's sessions)."""
     pages = max(1, math.ceil(objects / 1000))
     return {
+        "BatchGetItem": math.ceil(sessions / 100) / sessions,
         "DeleteConnection": 1,
-        "DeleteObjects": math.ceil(objects / 1000),
-        "GetItem": 1,
+        "DeleteObjects": math.ceil(objects * sessions / 1000) / sessions,
         "ListObjectsV2": pages,
         "RetireGrant": 1,
     }

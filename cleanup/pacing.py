@@ -9,12 +9,19 @@ included:
   attempt leaves too little time for botocore's backoff and another try, the call ends there (``OutOfTimeError``,
   transient) instead of sleeping past the deadline. No request can outlive a Lambda invocation.
 * **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
-  bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, GetItem, ...) gets
+  bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, BatchGetItem, ...) gets
   HTTP_TIMEOUT_SECONDS.
 * **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
-  thread and client of the process. A timeout or a throttling answer halves the limit (once per round of attempts
-  in flight, additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up
-  to MAX_CONCURRENCY. A slow or throttling dependency thus slows the worker down instead of failing its records.
+  thread and client of the process. A timeout halves the limit (once per round of attempts in flight,
+  additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up to
+  MAX_CONCURRENCY. A slow dependency thus slows the worker down instead of failing its records.
+* **A rate learnt from throttling.** Each gate also has a ``Rate``: unlimited until the service throttles, then
+  just under what the service accepted over the last second (the rate its quota leaves us), and requests are
+  spaced to it, shared by every thread of the process. Each second without throttling raises it by a tenth, so it
+  finds a raised quota again, and it is dropped once far above anything asked. A throttling dependency thus gets
+  requests at about the rate it allows, not retries. A request whose turn would come after the caller's deadline is
+  not started (``OutOfTimeError``): nothing waits past the deadline for a turn. Throttling is not also taken out on
+  concurrency: a quota is on requests a second, and fewer in flight would only lower the rate below it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 
 from cleanup.aws_errors import THROTTLING_CODES
 from cleanup.exceptions import OutOfTimeError
+from cleanup.rate import Rate
+from cleanup.telemetry import log
 from schemas.settings import Settings
 
 BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
@@ -44,9 +53,10 @@ deadline_var: ContextVar[Any] = ContextVar("cleanup_deadline", default=None)
 
 
 class Gate:
-    """Adaptive concurrency for one service: additive increase, multiplicative decrease."""
+    """Adaptive concurrency for one service (additive increase, multiplicative decrease), and its rate."""
 
-    def __init__(self, ceiling: int) -> None:
+    def __init__(self, ceiling: int, service: str = "") -> None:
+        self.rate = Rate(service)
         self.ceiling = ceiling
         self.limit = ceiling
         self.in_flight = 0
@@ -58,9 +68,10 @@ class Gate:
         """Wait for a slot (at most ``timeout`` seconds, None: as long as it takes); the round it was taken in, or
         None if none came free in time."""
         with self._condition:
-            wait = None if timeout is None else max(0.0, timeout)
-            if not self._condition.wait_for(lambda: self.in_flight < self.limit, timeout=wait):
-                return None
+            if self.in_flight >= self.limit:  # else a slot is free: no need for the waiting machinery
+                wait = None if timeout is None else max(0.0, timeout)
+                if not self._condition.wait_for(lambda: self.in_flight < self.limit, timeout=wait):
+                    return None
             self.in_flight += 1
             return self.round
 
@@ -92,11 +103,13 @@ class Pacer:
         self._lock = threading.Lock()
 
     def gate(self, service: str) -> Gate:
-        with self._lock:
-            gate = self._gates.get(service)
-            if gate is None:
-                gate = self._gates[service] = Gate(self._ceiling)
-            return gate
+        gate = self._gates.get(service)
+        if gate is None:
+            with self._lock:
+                gate = self._gates.get(service)
+                if gate is None:
+                    gate = self._gates[service] = Gate(self._ceiling, service)
+        return gate
 
     def attach(self, client: Any) -> None:
         """Pace every request ``client`` sends."""
@@ -113,10 +126,15 @@ class Pacer:
             raise OutOfTimeError(f"{operation}: not started, {max(0.0, remaining):.2f} s left before the deadline")
         gate = self.gate(service)
         started = time.monotonic()
-        taken_in = gate.acquire(None if math.isinf(spare) else spare)
+        turn = gate.rate.reserve(started + spare)
+        if turn is None:
+            raise OutOfTimeError(f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn before the deadline")
+        if turn > started:
+            time.sleep(turn - started)
+        taken_in = gate.acquire(None if math.isinf(spare) else spare - (time.monotonic() - started))
         if taken_in is None:
             raise OutOfTimeError(f"{operation}: no {service} capacity came free before the deadline")
-        request.context[_SLOT] = (gate, taken_in)
+        request.context[_SLOT] = (gate, taken_in, time.monotonic())
         limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
         limit += request.context.get(_LONG_POLL, 0)  # a long poll (SQS WaitTimeSeconds) answers at its end
         request.context["read_timeout"] = min(limit, remaining - (time.monotonic() - started) - self.connect_timeout)
@@ -127,11 +145,12 @@ class Pacer:
         if isinstance(caught_exception, OutOfTimeError):
             raise caught_exception  # raised by _before_send: nothing was sent
         slot = request_dict.get("context", {}).pop(_SLOT, None)
-        trouble = _timed_out(caught_exception) or _throttled(response)
+        throttled = _throttled(response)
         failed = caught_exception is not None or _status(response) >= 400
         if slot is not None:
-            gate, taken_in = slot
-            gate.release(taken_in, trouble=trouble, success=not failed)
+            gate, taken_in, sent = slot
+            gate.release(taken_in, trouble=_timed_out(caught_exception), success=not failed)
+            _learn_rate(gate, sent, throttled=throttled, answered=response is not None)
         deadline = deadline_var.get()
         if failed and deadline is not None:
             backoff = min(2.0 ** (attempts - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + _retry_after(response)
@@ -145,6 +164,14 @@ def _note_long_poll(params: dict[str, Any], context: dict[str, Any], **_: Any) -
     wait = params.get("WaitTimeSeconds")
     if isinstance(wait, int) and wait > 0:
         context[_LONG_POLL] = wait
+
+
+def _learn_rate(gate: Gate, sent: float, *, throttled: bool, answered: bool) -> None:
+    if not answered:  # a timeout or a reset says nothing about the rate
+        return
+    limit = gate.rate.answered(sent, throttled=throttled, outstanding=gate.in_flight)
+    if limit is not None:
+        log.warning("throttled: pacing requests", extra={"awsService": gate.rate.service, "requestsPerSecond": limit})
 
 
 def _status(response: Any) -> int:

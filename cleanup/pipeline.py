@@ -5,17 +5,24 @@ logs and counts every outcome. ``process_batch`` only cleans: decode (the adapte
 -> act -> outcome, per record, records concurrently on a bounded I/O pool. Records of the same item key keep their
 stream order: they run one after another on one worker, and once one of them fails the later ones are not executed
 and are reported failed too, so a retry replays them in order.
+
+The race check's reads and the scratch deletions of the records being cleaned at the same moment go in shared
+requests (``cleanup.batch_calls``: BatchGetItem, and DeleteObjects of several sessions' keys), each record answered
+for its own part.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
+from cleanup.actions import scratch
+from cleanup.batch_calls import BatchCalls
 from cleanup.classify import Decision, classify, item_key
+from cleanup.coalesce import DELETE, READ, Batchmates
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.plan import execute, plan
-from cleanup.race import live_session
 from cleanup.retry import SAFETY_MARGIN_SECONDS, Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
@@ -65,33 +72,56 @@ def process_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadl
         key = item_key(record) if isinstance(record, StreamRecord) else f"unreadable#{index}"
         groups.setdefault(key, []).append(index)
     outcomes: list[Outcome | None] = [None] * len(records)
+    queue = deque(groups.values())
+    workers = min(len(queue), runtime.settings.max_concurrency)
+    calls = BatchCalls(runtime, Batchmates(workers))
 
-    def run_group(indexes: list[int]) -> None:
-        blocker: Outcome | None = None
-        for index in indexes:
-            record = records[index]
-            if blocker is not None:
-                outcomes[index] = _blocked(record, blocker)
-                continue
-            outcome = process_record(record, runtime, deadline)
-            outcomes[index] = outcome
-            if outcome.failed:
-                blocker = outcome
+    def work() -> None:
+        # Each worker takes the next item's records until none are left: one thread per item at a time, in order.
+        with calls.mates.worker():
+            while True:
+                try:
+                    indexes = queue.popleft()
+                except IndexError:
+                    return
+                _run_group(records, indexes, outcomes, runtime, deadline, calls)
 
-    if len(groups) == 1:
-        run_group(next(iter(groups.values())))
+    if workers <= 1:
+        work()
     else:
-        for future in [runtime.executor.submit(run_group, group) for group in groups.values()]:
+        for future in [runtime.executor.submit(work) for _ in range(workers)]:
             future.result()
     return [outcome for outcome in outcomes if outcome is not None]
 
 
-def process_record(record: Incoming, runtime: Runtime, deadline: Deadline) -> Outcome:
+def _run_group(
+    records: Sequence[Incoming],
+    indexes: list[int],
+    outcomes: list[Outcome | None],
+    runtime: Runtime,
+    deadline: Deadline,
+    calls: BatchCalls,
+) -> None:
+    """The records of one item, in stream order; once one fails, the later ones are reported, not executed."""
+    blocker: Outcome | None = None
+    for index in indexes:
+        record = records[index]
+        if blocker is not None:
+            outcomes[index] = _blocked(record, blocker)
+            continue
+        outcome = process_record(record, runtime, deadline, calls)
+        calls.mates.head(READ)  # the next record starts with its read
+        outcomes[index] = outcome
+        if outcome.failed:
+            blocker = outcome
+
+
+def process_record(record: Incoming, runtime: Runtime, deadline: Deadline, calls: BatchCalls | None = None) -> Outcome:
     """Clean one record's session. Any error becomes a failed outcome: this is the per-record boundary."""
     if isinstance(record, UnreadableRecord):
         return Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error=record.error, permanent=True)
     try:
-        return _clean(record, runtime, deadline)
+        return _clean(record, runtime, deadline, calls or BatchCalls(runtime))
     except CleanupError as exc:
         return _failure(record, str(exc), permanent=isinstance(exc, PermanentError))
     except Exception as exc:  # a bug must not lose the record: report it, and dead-letter it
@@ -99,13 +129,18 @@ def process_record(record: Incoming, runtime: Runtime, deadline: Deadline) -> Ou
         return _failure(record, f"internal error: {type(exc).__name__}: {exc}", permanent=True)
 
 
-def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline) -> Outcome:
+def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls) -> Outcome:
     decision = classify(record, runtime.settings)
     if decision.session is None:
         return _outcome(record, decision, Status.SKIPPED)
-    steps = plan(decision.session, runtime)
-    live = _live(record, runtime, deadline) if steps and runtime.settings.race_check else None
+    steps = plan(decision.session, runtime, calls)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
+    then = DELETE if not dry_run and any(step.action == scratch.ACTION and step.run for step in steps) else None
+    if steps and runtime.settings.race_check:
+        live = _live(record, runtime, deadline, calls, then)
+    else:
+        live = None
+        calls.mates.head(then)
     results = tuple(execute(step, runtime, deadline, live=live, dry_run=dry_run) for step in steps)
     failures = [result for result in results if not result.ok]
     if not failures:
@@ -120,16 +155,15 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline) -> Outcom
     )
 
 
-def _live(record: StreamRecord, runtime: Runtime, deadline: Deadline) -> Session | None:
+def _live(
+    record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls, then: str | None
+) -> Session | None:
     table = record.table or runtime.settings.session_table
     if not table:
         raise MissingConfigError(
             "cannot check for a reconnected session: the record names no table; set SESSION_TABLE (or RACE_CHECK=false)"
         )
-    names = runtime.settings.attributes
-    return call_with_retry(
-        lambda: live_session(runtime.clients.dynamodb, table, record.keys, names, deadline), runtime.settings, deadline
-    )
+    return call_with_retry(lambda: calls.live(table, record.keys, deadline, then), runtime.settings, deadline)
 
 
 def _outcome(

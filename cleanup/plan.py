@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
@@ -14,6 +14,9 @@ from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
+
+if TYPE_CHECKING:
+    from cleanup.batch_calls import BatchCalls
 
 Run = Callable[[Deadline], tuple[ActionStatus, dict[str, Any]]]
 
@@ -31,16 +34,19 @@ class Step:
     location: ScratchLocation | None = None  # where a scratch step deletes, as the guard resolved it
 
 
-def plan(session: Session, runtime: Runtime) -> list[Step]:
+def plan(session: Session, runtime: Runtime, calls: BatchCalls | None = None) -> list[Step]:
     """The steps that free ``session``'s resources: close its socket, retire its grant, delete its scratch data, and
-    (with a registry) remove its connection's room memberships."""
+    (with a registry) remove its connection's room memberships.
+
+    With ``calls``, scratch pages are deleted together with those of the batch's other records.
+    """
     steps = []
     if session.connection_id:
         steps.append(_connection_step(session, session.connection_id, runtime))
     if session.grant_id:
         steps.append(_grant_step(session, session.grant_id, runtime))
     if session.scratch_prefix is not None:  # an empty prefix is refused by the guard, not ignored
-        steps.append(_scratch_step(session, session.scratch_prefix, runtime))
+        steps.append(_scratch_step(session, session.scratch_prefix, runtime, calls))
     if session.connection_id and runtime.settings.registry_table:
         steps.append(_registry_step(session.connection_id, runtime.settings.registry_table, runtime))
     return steps
@@ -74,7 +80,7 @@ def _grant_step(session: Session, grant_id: str, runtime: Runtime) -> Step:
     return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
 
 
-def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> Step:
+def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime, calls: BatchCalls | None) -> Step:
     try:
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
     except PermanentError as exc:
@@ -82,7 +88,10 @@ def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime) -> St
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         versioned = runtime.is_versioned(where.bucket, deadline)
-        deleted = scratch.delete_prefix(runtime.clients.s3, where, versioned=versioned, deadline=deadline)
+        together = calls.deleter(where.bucket) if calls is not None else None
+        deleted = scratch.delete_prefix(
+            runtime.clients.s3, where, versioned=versioned, deadline=deadline, together=together
+        )
         return (ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE), {_unit(versioned): deleted}
 
     def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:

@@ -1,8 +1,9 @@
 """The reconnect race: a session deleted and then recreated under the same key must keep its live resources.
 
-Before acting, the worker reads the item that now has the deleted item's key (a consistent GetItem). Whatever the
-live item still holds is left alone: the same connection (and its room memberships in the registry), the same grant,
-and scratch data whose location overlaps the old prefix at all.
+Before acting, the worker reads the item that now has the deleted item's key (a consistent read, batched with the
+reads of the other records cleaned at the same moment: ``read_live_items``). Whatever the live item still holds is
+left alone: the same connection (and its room memberships in the registry), the same grant, and scratch data whose
+location overlaps the old prefix at all.
 
 The live item's ``scratchPrefix`` is compared by where it points, never by how it is spelled, and without the guard's
 rules: the guard decides what the worker may delete, while here the question is what the live session may still be
@@ -16,15 +17,21 @@ permanently, naming both, so that a person decides. A live session's data is nev
 from __future__ import annotations
 
 import base64
+import json
 import posixpath
+import random
+import time
+from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any
 from urllib.parse import unquote
 
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.calls import call
-from cleanup.exceptions import BadRecordError
+from cleanup.coalesce import Part
+from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
 from cleanup.guard import ScratchLocation
+from cleanup.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
 from cleanup.retry import Deadline
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.session import Session, SessionItemError
@@ -39,33 +46,123 @@ class Holding(Enum):
     UNKNOWN = "unknown"  # the live item's value cannot be compared: keep it, and report the step
 
 
-def live_session(
-    dynamodb: Any, table: str, keys: dict[str, Any], names: AttributeNames, deadline: Deadline | None = None
-) -> Session | None:
-    """The item now stored under ``keys``, or None if there is none.
+BATCH_KEYS = 100  # BatchGetItem's limit
+SAFETY_SECONDS = CONNECT_TIMEOUT_SECONDS + MIN_READ_SECONDS  # what a call needs after the wait
+UNPROCESSED_ROUNDS = 8  # BatchGetItem calls for the keys DynamoDB left unprocessed, backing off, within the deadline
+UNPROCESSED_BACKOFF_SECONDS = (0.05, 1.0)  # the first wait, and the longest
 
-    Raises:
-        TransientError / PermanentError: the read failed.
-        BadRecordError: the live item's session attributes cannot be read (nothing may then be freed).
+
+def read_live_items(
+    dynamodb: Any,
+    table: str,
+    parts: list[Part[dict[str, Any], Session | None]],
+    names: AttributeNames,
+    deadline: Deadline,
+) -> None:
+    """Answer each part (an item key, in client form) with the item now under it in ``table``, or None if none.
+
+    One consistent BatchGetItem for at most BATCH_KEYS keys (parts naming the same key share it), and again for the
+    keys DynamoDB leaves unprocessed, backing off, within ``deadline``. A request that fails for good while carrying
+    several keys (one hostile key fails a whole BatchGetItem) is made again key by key, so that only the part whose
+    key is at fault fails.
+
+    Parts are answered with ``Part.fail``: TransientError / PermanentError when the read failed, BadRecordError when
+    the live item's session attributes cannot be read (nothing may then be freed).
     """
-    wanted = (names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id)
-    response = call(
-        dynamodb.get_item,
-        "GetItem",
-        deadline,
-        TableName=table,
-        Key=client_keys(keys),
-        ConsistentRead=True,
-        ProjectionExpression=", ".join(f"#a{i}" for i in range(len(wanted))),
-        ExpressionAttributeNames={f"#a{i}": name for i, name in enumerate(wanted)},
-    )
-    item = response.get("Item")
-    if not item:
-        return None
+    by_key: dict[str, list[Part[dict[str, Any], Session | None]]] = {}
+    for part in parts:
+        by_key.setdefault(key_id(part.item), []).append(part)
     try:
-        return Session.from_image(decode_image(item, "LiveItem"), names)
+        _read(dynamodb, table, by_key, names, deadline)
+    except PermanentError:
+        if len(by_key) == 1:
+            raise
+        for one in by_key.values():
+            try:
+                _read(dynamodb, table, {key_id(one[0].item): one}, names, deadline)
+            except CleanupError as exc:
+                for part in one:
+                    part.fail(exc)
+
+
+def _read(
+    dynamodb: Any,
+    table: str,
+    by_key: dict[str, list[Part[dict[str, Any], Session | None]]],
+    names: AttributeNames,
+    deadline: Deadline,
+) -> None:
+    key_names = sorted({name for parts in by_key.values() for name in parts[0].item})
+    wanted = dict.fromkeys([*key_names, names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id])
+    aliases = {f"#a{i}": name for i, name in enumerate(wanted)}
+    request = {"ConsistentRead": True, "ProjectionExpression": ", ".join(aliases), "ExpressionAttributeNames": aliases}
+    pending = {ident: parts[0].item for ident, parts in by_key.items()}
+    for attempt in range(UNPROCESSED_ROUNDS):
+        keys = {"Keys": list(pending.values()), **request}
+        response = call(dynamodb.batch_get_item, "BatchGetItem", deadline, RequestItems={table: keys})
+        unmatched = False
+        for item in response.get("Responses", {}).get(table, []):
+            ident = key_id({name: item[name] for name in key_names if name in item})
+            if pending.pop(ident, None) is None:
+                unmatched = True  # an answer for no key asked: which key it answers is unknown, so none is trusted
+                continue
+            _answer(by_key[ident], item, names)
+        unprocessed = {key_id(key): key for key in response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])}
+        for ident in [ident for ident in pending if ident not in unprocessed]:
+            missing = BadRecordError("BatchGetItem answered an item that matches no key asked; nothing is freed")
+            for part in by_key.pop(ident):
+                if unmatched:
+                    part.fail(missing)
+                else:
+                    part.answer(None)
+            del pending[ident]
+        if not pending:
+            return
+        _back_off(attempt, deadline, len(pending))
+    raise TransientError(f"BatchGetItem: {len(pending)} keys still unprocessed after {UNPROCESSED_ROUNDS} calls")
+
+
+def _answer(parts: list[Part[dict[str, Any], Session | None]], item: dict[str, Any], names: AttributeNames) -> None:
+    try:
+        live = Session.from_image(decode_image(item, "LiveItem"), names)
     except (AttributeDecodeError, SessionItemError) as exc:
-        raise BadRecordError(f"live item under the same key is unreadable: {exc}") from exc
+        unreadable = BadRecordError(f"live item under the same key is unreadable: {exc}")
+        for part in parts:
+            part.fail(unreadable)
+        return
+    for part in parts:
+        part.answer(live)
+
+
+def _back_off(attempt: int, deadline: Deadline, left: int) -> None:
+    first, longest = UNPROCESSED_BACKOFF_SECONDS
+    wait = random.uniform(0, min(longest, first * 2**attempt))
+    if deadline.remaining() <= wait + SAFETY_SECONDS:
+        raise OutOfTimeError(f"BatchGetItem: {left} keys unprocessed and no time left to ask again")
+    time.sleep(wait)
+
+
+def key_id(keys: dict[str, Any]) -> str:
+    """An item key (client form, or as a response carries it) as text equal for equal keys: numbers compared by
+    value (``1.50`` is ``1.5``), binary by its bytes."""
+    canonical = {}
+    for name, value in keys.items():
+        if isinstance(value, dict) and len(value) == 1:
+            ((kind, raw),) = value.items()
+            if kind == "N" and isinstance(raw, str):
+                raw = _number(raw)
+            elif isinstance(raw, bytes | bytearray):
+                raw = base64.b64encode(raw).decode()
+            value = {kind: raw}
+        canonical[name] = value
+    return json.dumps(canonical, sort_keys=True, default=str)
+
+
+def _number(text: str) -> str:
+    try:
+        return str(Decimal(text).normalize())
+    except (InvalidOperation, ValueError):
+        return text
 
 
 def client_keys(keys: dict[str, Any]) -> dict[str, Any]:

@@ -66,6 +66,17 @@ def call_with_retry(
     on_retry: Callable[[BaseException], None] | None = None,
 ) -> T:
     """Call ``fn``; retry it on ``TransientError`` while attempts and time remain, then re-raise the last error."""
+    try:
+        return fn()  # most calls succeed at once: no retry controller is built for them (it costs measurable CPU)
+    except OutOfTimeError:
+        raise
+    except TransientError as exc:
+        failed: list[TransientError] = [exc]
+
+    def again() -> T:
+        if failed:
+            raise failed.pop()  # the first try's failure, replayed: the controller counts, waits and stops as usual
+        return fn()
 
     def before_sleep(state: RetryCallState) -> None:
         if on_retry is not None and state.outcome is not None and state.outcome.exception() is not None:
@@ -79,4 +90,4 @@ def call_with_retry(
         before_sleep=before_sleep,
         reraise=True,
     )
-    return retrying(fn)
+    return retrying(again)

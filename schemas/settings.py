@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     botocore_max_attempts: int = Field(default=3, ge=1, le=10)
     """BOTOCORE_MAX_ATTEMPTS: botocore's own (standard mode) attempts per call, below ours."""
     http_timeout_seconds: float = Field(default=5.0, gt=0)
-    """HTTP_TIMEOUT_SECONDS: read timeout of the short AWS calls (DeleteConnection, RetireGrant, GetItem, ...), and
+    """HTTP_TIMEOUT_SECONDS: read timeout of the short AWS calls (DeleteConnection, RetireGrant, BatchGetItem, ...), and
     connect timeout of every call (at most 0.5 s)."""
     bulk_timeout_seconds: float = Field(default=30.0, gt=0)
     """BULK_TIMEOUT_SECONDS: read timeout of S3 listings and DeleteObjects, which can take seconds on real S3 (a

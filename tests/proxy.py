@@ -13,7 +13,10 @@ then decides, at a per-service or per-operation rate, whether to forward it or t
 * ``access-denied``: 400 ``AccessDeniedException`` (JSON services), 403 ``AccessDenied`` (S3): a permanent error, so
   not among the kinds a plan picks from unless it names it.
 
-``FaultPlan.latency`` slows chosen operations down without failing them (a slow dependency).
+``FaultPlan.latency`` slows chosen operations down without failing them (a slow dependency). ``FaultPlan.quotas``
+enforces a request quota on chosen operations, as AWS does: a token bucket refilled at the quota's rate and holding
+one second's worth; a request finding it empty is throttled (``throttle``), and ``achieved_rate`` says how many
+requests a second it let through.
 
 Faults are answered at the wire, so the worker's real botocore client, its retries and ours are what is exercised.
 """
@@ -75,10 +78,16 @@ class FaultPlan:
     """Faults injected, by (service, operation, kind)."""
     requests: Counter[Call] = field(default_factory=Counter)
     """Every request seen, faulted or not."""
+    quotas: dict[str, float] = field(default_factory=dict)
+    """Requests per second that ``"service:Operation"`` accepts; the rest are throttled, like an AWS request quota."""
+    over_quota: Counter[str] = field(default_factory=Counter)
+    """Requests throttled by a quota, by ``"service:Operation"``."""
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
         self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}  # tokens, and when they were counted
+        self._within_quota: dict[str, list[float]] = {}
         self.enabled = True
 
     def rate_for(self, call: Call) -> float:
@@ -91,12 +100,38 @@ class FaultPlan:
         """The fault for this request, or None to forward it; counted."""
         with self._lock:
             self.requests[call] += 1
+            if self.enabled and self._over_quota(f"{call.service}:{call.operation}"):
+                return "throttle"
             if not self.enabled or self._random.random() >= self.rate_for(call):
                 return None
             kind = self._random.choice(self.kinds)
             self.injected[kind] += 1
             self.by_call[(call.service, call.operation, kind)] += 1
             return kind
+
+    def _over_quota(self, name: str) -> bool:
+        """Whether a request of ``name`` finds its quota's bucket empty (the caller holds the lock)."""
+        quota = self.quotas.get(name)
+        if quota is None:
+            return False
+        now = time.monotonic()
+        tokens, counted = self._buckets.get(name, (quota, now))
+        tokens = min(quota, tokens + (now - counted) * quota)
+        if tokens < 1.0:
+            self._buckets[name] = (tokens, now)
+            self.over_quota[name] += 1
+            return True
+        self._buckets[name] = (tokens - 1.0, now)
+        self._within_quota.setdefault(name, []).append(now)
+        return False
+
+    def achieved_rate(self, name: str) -> float:
+        """Requests of ``name`` let through by its quota, per second, from the first to the last."""
+        with self._lock:
+            times = self._within_quota.get(name, [])
+        if len(times) < 2:
+            return 0.0
+        return (len(times) - 1) / (times[-1] - times[0])
 
     @property
     def total_injected(self) -> int:

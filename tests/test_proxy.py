@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -132,3 +133,22 @@ def test_the_management_api_of_the_gateway_is_proxied_too(gateway: LocalGateway,
     assert raised.value.response["Error"]["Code"] == "LimitExceededException"
     assert socket.wait_closed()
     assert plan.requests == {Call("execute-api", "DeleteConnection"): 2}
+
+
+def test_a_quota_lets_its_rate_through_and_throttles_the_rest(stack: SessionStack, proxy: FaultProxy, plan) -> None:
+    plan.quotas = {"kms:ListGrants": 5.0}
+    kms = proxied("kms", proxy.url)
+    answers = []
+    started = time.monotonic()
+    for _ in range(12):  # faster than 5 a second: the bucket's one second of 5, then throttling
+        try:
+            kms.list_grants(KeyId=stack.key_arn)
+            answers.append("ok")
+        except ClientError as exc:
+            answers.append(exc.response["Error"]["Code"])
+    refilled = 5.0 * (time.monotonic() - started)  # the tokens the bucket gained meanwhile
+
+    assert 5 <= answers.count("ok") <= 5 + refilled
+    assert set(answers) == {"ok", "ThrottlingException"}
+    assert plan.over_quota["kms:ListGrants"] == answers.count("ThrottlingException")
+    assert plan.requests[Call("kms", "ListGrants")] == 12

@@ -126,6 +126,7 @@ IAM_ACTIONS = {
     ("dynamodb", "DescribeTable"): {"dynamodb:DescribeTable"},
     ("dynamodb", "Query"): {"dynamodb:Query"},
     ("dynamodb", "BatchWriteItem"): {"dynamodb:BatchWriteItem"},
+    ("dynamodb", "BatchGetItem"): {"dynamodb:BatchGetItem"},
     ("kms", "RetireGrant"): {"kms:RetireGrant"},
     ("s3", "GetBucketVersioning"): {"s3:GetBucketVersioning"},
     ("s3", "ListObjectsV2"): {"s3:ListBucket"},

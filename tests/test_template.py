@@ -37,6 +37,7 @@ PACKAGES = ("cleanup", "schemas", "worker")
 # SendMessageBatch checks sqs:SendMessage; the Management API's DeleteConnection is execute-api:ManageConnections.
 IAM_ACTIONS: dict[str, set[str]] = {
     "get_item": {"dynamodb:GetItem"},
+    "batch_get_item": {"dynamodb:BatchGetItem"},
     "query": {"dynamodb:Query"},
     "batch_write_item": {"dynamodb:BatchWriteItem"},
     "describe_table": {"dynamodb:DescribeTable"},

@@ -2,7 +2,8 @@
 
 The files may be Lambda events, GetRecords responses, JSON lines of records (as ``capture`` writes them) or KCL
 ``processRecords`` messages; ``cleanup.operations.sources`` tells them apart. ``--dry-run`` plans without changing
-anything: the only calls made are reads (GetItem, GetBucketVersioning, the listing that counts what would be deleted).
+anything: the only calls made are reads (BatchGetItem, GetBucketVersioning, the listing that counts what would be
+deleted).
 
 Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors.
 """

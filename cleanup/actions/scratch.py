@@ -1,9 +1,14 @@
 """Delete every object (and, in a versioned bucket, every version and delete marker) under a scratch prefix.
 
-One page is held at a time whatever the prefix's size: list up to 1,000 keys, delete them, go on. Every per-key
-``Errors`` entry of DeleteObjects is a failure. Versioned buckets are listed again from the start after each page is
-deleted (the version markers of a page that no longer exists are not a reliable place to resume), which also costs no
-extra call: the loop ends on the first page that is not truncated.
+One page is held at a time whatever the prefix's size: list up to 1,000 keys, delete them, go on. Versioned buckets
+are listed again from the start after each page is deleted (the version markers of a page that no longer exists are
+not a reliable place to resume), which also costs no extra call: the loop ends on the first page that is not
+truncated.
+
+The pages of several sessions of one bucket may go in one DeleteObjects (``delete_pages``, fed by a
+``cleanup.coalesce.Coalescer``): up to 1,000 keys a call, whoever they belong to. Right before the call, every key is
+checked again to lie under its own session's prefix. Each per-key ``Errors`` entry fails the session whose key it
+names (and only that one); a call that fails as a whole fails the sessions whose keys it carried.
 
 Keys that cannot travel in DeleteObjects' XML body are deleted one at a time with DeleteObject, where the key is in
 the URL: XML 1.0 cannot carry most control characters at all, and parsers turn a carriage return into a line feed,
@@ -15,11 +20,14 @@ stops with what it deleted kept, and the record is reported transient so the res
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from cleanup.aws_errors import is_transient_code
 from cleanup.calls import call
+from cleanup.coalesce import READ, Coalescer, Part
 from cleanup.exceptions import OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
 from cleanup.retry import Deadline
@@ -28,8 +36,31 @@ ACTION = "scratch"
 PAGE = 1000  # DeleteObjects' limit
 
 
-def delete_prefix(s3: Any, where: ScratchLocation, *, versioned: bool, deadline: Deadline | None = None) -> int:
+@dataclass(frozen=True)
+class Page:
+    """Listed entries (``Key``, and ``VersionId`` in a versioned bucket) of one session, to delete together; ``last``
+    when the listing has no more."""
+
+    where: ScratchLocation
+    entries: list[dict[str, str]]
+    last: bool = True
+
+
+Deleter = Coalescer[Page, int]
+"""Where a session hands its pages to be deleted with other sessions' (one per bucket)."""
+
+
+def delete_prefix(
+    s3: Any,
+    where: ScratchLocation,
+    *,
+    versioned: bool,
+    deadline: Deadline | None = None,
+    together: Deleter | None = None,
+) -> int:
     """Delete everything under ``where``; returns how many objects (or versions and markers) were deleted.
+
+    Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each.
 
     Raises:
         OutOfTimeError: the deadline came first; what was deleted stays deleted.
@@ -39,8 +70,8 @@ def delete_prefix(s3: Any, where: ScratchLocation, *, versioned: bool, deadline:
     deadline = deadline or Deadline()
     deleted = 0
     try:
-        for batch in _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline):
-            deleted += _delete(s3, where, batch, deadline)
+        for page in _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline):
+            deleted += _delete(s3, page, deadline, together)
             if deadline.remaining() <= 0:
                 raise OutOfTimeError("the deadline came before the next page")
     except OutOfTimeError as exc:
@@ -70,33 +101,35 @@ def count_prefix(s3: Any, where: ScratchLocation, *, versioned: bool, deadline: 
             request["ContinuationToken"] = page.get("NextContinuationToken")
 
 
-def _object_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterator[list[dict[str, str]]]:
+def _object_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
     start_after: str | None = None
     while True:
         request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
         if start_after is not None:
             request["StartAfter"] = start_after
-        page = call(s3.list_objects_v2, "ListObjectsV2", deadline, **request)
-        keys = [{"Key": _inside(item["Key"], where)} for item in page.get("Contents", [])]
+        listed = call(s3.list_objects_v2, "ListObjectsV2", deadline, **request)
+        keys = [{"Key": _inside(item["Key"], where)} for item in listed.get("Contents", [])]
+        last = not listed.get("IsTruncated")
         if keys:
-            yield keys
+            yield Page(where, keys, last)
             start_after = keys[-1]["Key"]
-        if not page.get("IsTruncated") or not keys:
+        if last or not keys:
             return
 
 
-def _version_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterator[list[dict[str, str]]]:
+def _version_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
     request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
     while True:
-        page = call(s3.list_object_versions, "ListObjectVersions", deadline, **request)
+        listed = call(s3.list_object_versions, "ListObjectVersions", deadline, **request)
         entries = [
             {"Key": _inside(item["Key"], where), "VersionId": item["VersionId"]}
             for kind in ("Versions", "DeleteMarkers")
-            for item in page.get(kind, [])
+            for item in listed.get(kind, [])
         ]
+        last = not listed.get("IsTruncated")
         if entries:
-            yield entries
-        if not page.get("IsTruncated") or not entries:
+            yield Page(where, entries, last)
+        if last or not entries:
             return
 
 
@@ -107,33 +140,99 @@ def _inside(key: str, where: ScratchLocation) -> str:
     return key
 
 
+_NOT_IN_XML = re.compile("[\x00-\x1f\ufffe\uffff]")
+
+
 def xml_safe(key: str) -> bool:
     """Whether ``key`` survives DeleteObjects' XML body unchanged (no control character, no XML non-character)."""
-    return not any(ord(char) < 0x20 or char in "\ufffe\uffff" for char in key)
+    return _NOT_IN_XML.search(key) is None
 
 
-def _delete(s3: Any, where: ScratchLocation, batch: list[dict[str, str]], deadline: Deadline) -> int:
-    together = [entry for entry in batch if xml_safe(entry["Key"])]
-    alone = [entry for entry in batch if not xml_safe(entry["Key"])]
-    if together:
-        response = call(
-            s3.delete_objects,
-            "DeleteObjects",
-            deadline,
-            Bucket=where.bucket,
-            Delete={"Objects": together, "Quiet": True},
-        )
-        _raise_key_errors(response.get("Errors", []), len(together), where)
+def _delete(s3: Any, page: Page, deadline: Deadline, together: Deleter | None) -> int:
+    safe = Page(page.where, [], page.last)
+    alone: list[dict[str, str]] = []
+    for entry in page.entries:
+        (safe.entries if xml_safe(entry["Key"]) else alone).append(entry)
+    if safe.entries:
+        if together is not None:
+            # Done with this prefix once answered: the thread's next stage is its next record's read.
+            together.submit(safe, len(safe.entries), deadline, then=READ if page.last and not alone else None)
+        else:
+            part: Part[Page, int] = Part(safe, len(safe.entries), deadline)
+            delete_pages(s3, [part], deadline)
+            if part.error is not None:
+                raise part.error
     for entry in alone:
-        call(s3.delete_object, "DeleteObject", deadline, Bucket=where.bucket, **entry)
-    return len(batch)
+        call(s3.delete_object, "DeleteObject", deadline, Bucket=page.where.bucket, **entry)
+    return len(page.entries)
 
 
-def _raise_key_errors(errors: list[dict[str, Any]], sent: int, where: ScratchLocation) -> None:
-    if not errors:
+def delete_pages(s3: Any, parts: list[Part[Page, int]], deadline: Deadline) -> None:
+    """Delete the pages of ``parts`` (of one bucket, at most PAGE entries in all) in one DeleteObjects.
+
+    Each part is answered for its own keys: how many it had deleted, or the error of its keys (``Part.fail``). A key
+    no longer under its own page's prefix fails its page before anything is sent, and is not sent.
+
+    Raises:
+        TransientError / PermanentError: the call failed as a whole (every part it carried failed with it).
+    """
+    owners: dict[tuple[str, str | None], list[Part[Page, int]]] = {}
+    objects: list[dict[str, str]] = []
+    for part in parts:
+        try:
+            _guard(part.item, parts[0].item.where.bucket)
+        except UnsafePrefixError as exc:
+            part.fail(exc)
+            continue
+        for entry in part.item.entries:
+            ident = (entry["Key"], entry.get("VersionId"))
+            if ident not in owners:
+                owners[ident] = []
+                objects.append(entry)
+            owners[ident].append(part)
+    carried = [part for part in parts if not part.answered]
+    if not carried:
         return
+    bucket = carried[0].item.where.bucket
+    response = call(
+        s3.delete_objects, "DeleteObjects", deadline, Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
+    )
+    errors = _errors_by_part(response.get("Errors", []), owners, carried)
+    for part in carried:
+        if part in errors:
+            part.fail(_key_errors(errors[part], len(part.item.entries), part.item.where))
+        else:
+            part.answer(len(part.item.entries))
+
+
+def _guard(page: Page, bucket: str) -> None:
+    """Every key of ``page`` lies under its own session's prefix, in the call's bucket (checked right before it)."""
+    if page.where.bucket != bucket or not all(entry["Key"].startswith(page.where.prefix) for entry in page.entries):
+        raise UnsafePrefixError(f"a key to delete lies outside {page.where.prefix!r}; nothing more is deleted")
+
+
+def _errors_by_part(
+    errors: list[dict[str, Any]],
+    owners: dict[tuple[str, str | None], list[Part[Page, int]]],
+    carried: list[Part[Page, int]],
+) -> dict[Part[Page, int], list[dict[str, Any]]]:
+    """Each per-key error, to the part(s) whose key it names: by key and version, else by key. An error naming no key
+    sent goes to every part carried, since whose it is cannot be told."""
+    by_key: dict[str, list[Part[Page, int]]] = {}
+    for (key, _), parts in owners.items():
+        by_key.setdefault(key, []).extend(parts)
+    found: dict[Part[Page, int], list[dict[str, Any]]] = {}
+    for error in errors:
+        key = str(error.get("Key", ""))
+        whose = owners.get((key, error.get("VersionId"))) or by_key.get(key) or carried
+        for part in dict.fromkeys(whose):
+            found.setdefault(part, []).append(error)
+    return found
+
+
+def _key_errors(errors: list[dict[str, Any]], sent: int, where: ScratchLocation) -> PermanentError | TransientError:
     codes = sorted({str(error.get("Code", "")) for error in errors})
     message = f"DeleteObjects: {len(errors)} of {sent} keys under {where.prefix!r} not deleted ({', '.join(codes)})"
     if all(is_transient_code(code) for code in codes):
-        raise TransientError(message)
-    raise PermanentError(message)
+        return TransientError(message)
+    return PermanentError(message)
