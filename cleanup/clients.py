@@ -16,13 +16,22 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import botocore.session
 from botocore.config import Config
 
 from cleanup.pacing import Pacer
 from schemas.settings import Settings
+
+if TYPE_CHECKING:  # the boto3-stubs of the test extra: at run time the clients are botocore's own
+    from mypy_boto3_apigatewaymanagementapi import ApiGatewayManagementApiClient
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kms import KMSClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
 
 MANAGEMENT_CLIENTS = 32
 
@@ -73,22 +82,30 @@ class Clients:
         return client
 
     @property
-    def s3(self) -> Any:
-        return self.get("s3")
+    def s3(self) -> S3Client:
+        return cast("S3Client", self.get("s3"))
 
     @property
-    def kms(self) -> Any:
-        return self.get("kms")
+    def kms(self) -> KMSClient:
+        return cast("KMSClient", self.get("kms"))
 
     @property
-    def dynamodb(self) -> Any:
-        return self.get("dynamodb")
+    def dynamodb(self) -> DynamoDBClient:
+        return cast("DynamoDBClient", self.get("dynamodb"))
 
     @property
-    def sqs(self) -> Any:
-        return self.get("sqs")
+    def streams(self) -> DynamoDBStreamsClient:
+        return cast("DynamoDBStreamsClient", self.get("dynamodbstreams"))
 
-    def management(self, callback_url: str, region: str | None = None) -> Any:
+    @property
+    def kinesis(self) -> KinesisClient:
+        return cast("KinesisClient", self.get("kinesis"))
+
+    @property
+    def sqs(self) -> SQSClient:
+        return cast("SQSClient", self.get("sqs"))
+
+    def management(self, callback_url: str, region: str | None = None) -> ApiGatewayManagementApiClient:
         """API Gateway Management API client for one WebSocket API stage, signing for ``region`` when given.
 
         The least recently used of more than MANAGEMENT_CLIENTS endpoints' clients is dropped (a call still using it
@@ -103,4 +120,4 @@ class Clients:
                     self._management.popitem(last=False)
             else:
                 self._management.move_to_end(key)
-            return client
+            return cast("ApiGatewayManagementApiClient", client)

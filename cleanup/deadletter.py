@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import CleanupError
@@ -28,6 +28,13 @@ from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import StreamRecord, UnreadableRecord
 from schemas.settings import CleanupMode
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+    from cleanup.runtime import Runtime
 
 SQS_BATCH = 10
 SQS_BATCH_BYTES = 1_048_576  # SendMessageBatch: the sum of its messages' sizes
@@ -59,7 +66,7 @@ def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, atte
 def dead_letter(
     outcomes: list[Outcome],
     records: Sequence[StreamRecord | UnreadableRecord],
-    runtime: Any,
+    runtime: Runtime,
     only: Collection[str] | None = None,
     attempts: Mapping[str, int] | None = None,
     *,
@@ -132,7 +139,7 @@ def _letters(
     outcomes: list[Outcome],
     records: Sequence[StreamRecord | UnreadableRecord],
     attempts: Mapping[str, int],
-    runtime: Any,
+    runtime: Runtime,
     limit: int,
     deadline: Deadline,
 ) -> list[Letter]:
@@ -150,7 +157,7 @@ def _letters(
     return letters
 
 
-def _stored_letter(index: int, body: str, runtime: Any, limit: int, deadline: Deadline) -> Letter | None:
+def _stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline: Deadline) -> Letter | None:
     """Store the whole message in S3 and return the message that names it (None: the record stays failed)."""
     message = json.loads(body)
     settings = runtime.settings
@@ -212,7 +219,7 @@ def pointer_body(message: dict[str, Any], location: dict[str, str], limit: int) 
     return body if message_size(body) <= limit else None
 
 
-def _put(s3: Any, bucket: str, key: str, body: str, deadline: Deadline) -> dict[str, str]:
+def _put(s3: S3Client, bucket: str, key: str, body: str, deadline: Deadline) -> dict[str, str]:
     data = body.encode("utf-8")
     answer = call(
         s3.put_object, "PutObject", deadline, Bucket=bucket, Key=key, Body=data, ContentType="application/json"
@@ -238,8 +245,10 @@ def _about(outcome: Outcome) -> dict[str, Any]:
     return {"sequenceNumber": outcome.sequence_number}
 
 
-def _send(sqs: Any, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
-    entries = [{"Id": str(letter.index), "MessageBody": letter.body} for letter in batch]
+def _send(sqs: SQSClient, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
+    entries: list[SendMessageBatchRequestEntryTypeDef] = [
+        {"Id": str(letter.index), "MessageBody": letter.body} for letter in batch
+    ]
     stored = {str(letter.index): letter.stored for letter in batch if letter.stored}
     try:
         response = call(sqs.send_message_batch, "SendMessageBatch", deadline, QueueUrl=queue, Entries=entries)

@@ -23,7 +23,7 @@ import random
 import time
 from decimal import Decimal, InvalidOperation
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from cleanup.actions import connection, grant, registry, scratch
@@ -36,6 +36,10 @@ from cleanup.retry import Deadline
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.session import Session, SessionItemError
 from schemas.settings import AttributeNames
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import KeysAndAttributesTypeDef
 
 
 class Holding(Enum):
@@ -53,7 +57,7 @@ UNPROCESSED_BACKOFF_SECONDS = (0.05, 1.0)  # the first wait, and the longest
 
 
 def read_live_items(
-    dynamodb: Any,
+    dynamodb: DynamoDBClient,
     table: str,
     parts: list[Part[dict[str, Any], Session | None]],
     names: AttributeNames,
@@ -86,7 +90,7 @@ def read_live_items(
 
 
 def _read(
-    dynamodb: Any,
+    dynamodb: DynamoDBClient,
     table: str,
     by_key: dict[str, list[Part[dict[str, Any], Session | None]]],
     names: AttributeNames,
@@ -95,10 +99,15 @@ def _read(
     key_names = sorted({name for parts in by_key.values() for name in parts[0].item})
     wanted = dict.fromkeys([*key_names, names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id])
     aliases = {f"#a{i}": name for i, name in enumerate(wanted)}
-    request = {"ConsistentRead": True, "ProjectionExpression": ", ".join(aliases), "ExpressionAttributeNames": aliases}
+    projection = ", ".join(aliases)
     pending = {ident: parts[0].item for ident, parts in by_key.items()}
     for attempt in range(UNPROCESSED_ROUNDS):
-        keys = {"Keys": list(pending.values()), **request}
+        keys: KeysAndAttributesTypeDef = {
+            "Keys": list(pending.values()),
+            "ConsistentRead": True,
+            "ProjectionExpression": projection,
+            "ExpressionAttributeNames": aliases,
+        }
         response = call(dynamodb.batch_get_item, "BatchGetItem", deadline, RequestItems={table: keys})
         unmatched = False
         for item in response.get("Responses", {}).get(table, []):
@@ -107,7 +116,8 @@ def _read(
                 unmatched = True  # an answer for no key asked: which key it answers is unknown, so none is trusted
                 continue
             _answer(by_key[ident], item, names)
-        unprocessed = {key_id(key): key for key in response.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])}
+        left = response.get("UnprocessedKeys", {}).get(table)
+        unprocessed = {key_id(key): key for key in (left["Keys"] if left else [])}
         for ident in [ident for ident in pending if ident not in unprocessed]:
             missing = BadRecordError("BatchGetItem answered an item that matches no key asked; nothing is freed")
             for part in by_key.pop(ident):

@@ -123,9 +123,12 @@ class Runtime:
 
     def _ask_message_limit(self, queue_url: str, deadline: Deadline | None) -> int:
         sqs = self.clients.sqs
-        attributes = ["MaximumMessageSize"]
         answer = call(
-            sqs.get_queue_attributes, "GetQueueAttributes", deadline, QueueUrl=queue_url, AttributeNames=attributes
+            sqs.get_queue_attributes,
+            "GetQueueAttributes",
+            deadline,
+            QueueUrl=queue_url,
+            AttributeNames=["MaximumMessageSize"],
         )
         low, high = SQS_MESSAGE_BYTES
         size = str(answer.get("Attributes", {}).get("MaximumMessageSize", ""))

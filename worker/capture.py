@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from cleanup.clients import Clients
 from cleanup.exceptions import CleanupError, StreamNotFoundError
@@ -24,6 +24,9 @@ from cleanup.streams.reader import Shard, ShardReader, latest_stream_arn, list_s
 from cleanup.telemetry import log
 from schemas.settings import Settings
 from worker.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     """Capture the stream named on the command line into ``args.out``."""
     settings = Settings.from_env()
     clients = Clients(settings)
-    streams = clients.get("dynamodbstreams")
+    streams = clients.streams
     try:
         stream_arn = args.stream_arn or latest_stream_arn(clients.dynamodb, args.table_name)
         stop = threading.Event()
@@ -75,7 +78,9 @@ def _stop_on_signals(stop: threading.Event) -> None:
 class Capture:
     """Reads every shard of one stream, parents before children, handing each page's raw records to ``sink``."""
 
-    def __init__(self, streams: Any, stream_arn: str, start: str, sink: Callable[[list[dict[str, Any]]], None]) -> None:
+    def __init__(
+        self, streams: DynamoDBStreamsClient, stream_arn: str, start: str, sink: Callable[[list[dict[str, Any]]], None]
+    ) -> None:
         self.streams, self.stream_arn, self.start, self.sink = streams, stream_arn, start, sink
         self.shards: dict[str, Shard] = {}
         self.readers: dict[str, ShardReader] = {}

@@ -15,14 +15,19 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
 from worker.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
     return ExitCode.FAILED if any(not result.clean for _, result in report.messages) else ExitCode.OK
 
 
-def _messages(sqs: Any, queue_url: str, wait_seconds: int) -> Any:
+def _messages(sqs: SQSClient, queue_url: str, wait_seconds: int) -> Iterator[MessageTypeDef]:
     """Every message on the queue once: stops at the first receive that brings none not already seen."""
     seen: set[str] = set()
     while True:
@@ -115,7 +120,7 @@ def _messages(sqs: Any, queue_url: str, wait_seconds: int) -> Any:
             yield message
 
 
-def _release(sqs: Any, queue_url: str, receipts: list[str]) -> None:
+def _release(sqs: SQSClient, queue_url: str, receipts: list[str]) -> None:
     # Kept messages are made visible again now, so that the next run (or a person) sees them at once.
     # A failure here is harmless: the message becomes visible anyway when its visibility timeout ends.
     for receipt in receipts:

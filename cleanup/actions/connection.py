@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from cleanup.calls import call
+from cleanup.calls import call_or_gone
 from cleanup.retry import Deadline
 from schemas.outcomes import ActionStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_apigatewaymanagementapi import ApiGatewayManagementApiClient
 
 ACTION = "connection"
 GONE = ("GoneException", "410")
 
 
-def close_connection(management: Any, connection_id: str, deadline: Deadline | None = None) -> ActionStatus:
+def close_connection(
+    management: ApiGatewayManagementApiClient, connection_id: str, deadline: Deadline | None = None
+) -> ActionStatus:
     """Close ``connection_id``. A connection that is already gone (410 GoneException) counts as closed.
 
     Raises:
         TransientError: throttling, 5xx or a network failure.
         PermanentError: forbidden, bad request, a host that does not resolve, and anything else.
     """
-    closed = call(management.delete_connection, "DeleteConnection", deadline, gone=GONE, ConnectionId=connection_id)
+    closed = call_or_gone(management.delete_connection, "DeleteConnection", deadline, GONE, ConnectionId=connection_id)
     return ActionStatus.ALREADY_DONE if closed is None else ActionStatus.DONE

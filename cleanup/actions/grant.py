@@ -6,23 +6,26 @@ must be the key's ARN: RetireGrant does not accept a bare key id or an alias.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from cleanup.calls import call
+from cleanup.calls import call_or_gone
 from cleanup.retry import Deadline
 from schemas.outcomes import ActionStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_kms import KMSClient
 
 ACTION = "grant"
 
 
-def retire_grant(kms: Any, key_id: str, grant_id: str, deadline: Deadline | None = None) -> ActionStatus:
+def retire_grant(kms: KMSClient, key_id: str, grant_id: str, deadline: Deadline | None = None) -> ActionStatus:
     """Retire ``grant_id`` on ``key_id``. A grant that is not found (already retired or revoked) counts as retired.
 
     Raises:
         TransientError: throttling, KMS internal errors, timeouts.
         PermanentError: access denied, invalid grant id, key disabled or pending deletion, and anything else.
     """
-    retired = call(
-        kms.retire_grant, "RetireGrant", deadline, gone=("NotFoundException",), KeyId=key_id, GrantId=grant_id
+    retired = call_or_gone(
+        kms.retire_grant, "RetireGrant", deadline, ("NotFoundException",), KeyId=key_id, GrantId=grant_id
     )
     return ActionStatus.ALREADY_DONE if retired is None else ActionStatus.DONE

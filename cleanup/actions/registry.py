@@ -26,11 +26,15 @@ import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import OutOfTimeError, TransientError
 from cleanup.retry import Deadline
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
 
 ACTION = "registry"
 BATCH = 25  # BatchWriteItem's limit
@@ -59,7 +63,7 @@ class Pruned:
 
 
 def prune(
-    dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadline, *, max_wait: float = 2.0
+    dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline, *, max_wait: float = 2.0
 ) -> Pruned:
     """Delete every membership of ``connection_id`` the index knows.
 
@@ -84,7 +88,7 @@ def prune(
     return Pruned(deleted, kept)
 
 
-def count(dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadline) -> Pruned:
+def count(dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline) -> Pruned:
     """How many memberships ``prune`` would delete, and keep (read-only; for dry runs)."""
     deleted = kept = 0
     for page in _pages(dynamodb, registry, connection_id, deadline):
@@ -93,7 +97,9 @@ def count(dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadl
     return Pruned(deleted, kept)
 
 
-def _pages(dynamodb: Any, registry: Registry, connection_id: str, deadline: Deadline) -> Iterator[list[dict[str, Any]]]:
+def _pages(
+    dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline
+) -> Iterator[list[dict[str, Any]]]:
     names = {f"#a{i}": name for i, name in enumerate(dict.fromkeys((*registry.keys, registry.attribute)))}
     request: dict[str, Any] = {
         "TableName": registry.table,
@@ -130,8 +136,10 @@ def _names(key: dict[str, Any], connection_id: str) -> bool:
     return any(connection_id in text.split("#") for text in texts)
 
 
-def _delete(dynamodb: Any, table: str, keys: list[Any], deadline: Deadline, max_wait: float) -> None:
-    pending = [{"DeleteRequest": {"Key": key}} for key in keys]
+def _delete(dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, max_wait: float) -> None:
+    pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
+        {"DeleteRequest": {"Key": key}} for key in keys
+    ]
     wait = FIRST_WAIT_SECONDS
     for _ in range(UNPROCESSED_TRIES):
         answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})

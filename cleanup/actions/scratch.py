@@ -21,9 +21,9 @@ stops with what it deleted kept, and the record is reported transient so the res
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.aws_errors import is_transient_code
 from cleanup.calls import call
@@ -31,6 +31,16 @@ from cleanup.coalesce import READ, Coalescer, Part
 from cleanup.exceptions import OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
 from cleanup.retry import Deadline
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import (
+        DeleteObjectRequestTypeDef,
+        ErrorTypeDef,
+        ListObjectsV2RequestTypeDef,
+        ListObjectVersionsRequestTypeDef,
+        ObjectIdentifierTypeDef,
+    )
 
 ACTION = "scratch"
 PAGE = 1000  # DeleteObjects' limit
@@ -42,7 +52,7 @@ class Page:
     when the listing has no more."""
 
     where: ScratchLocation
-    entries: list[dict[str, str]]
+    entries: list[ObjectIdentifierTypeDef]
     last: bool = True
 
 
@@ -51,7 +61,7 @@ Deleter = Coalescer[Page, int]
 
 
 def delete_prefix(
-    s3: Any,
+    s3: S3Client,
     where: ScratchLocation,
     *,
     versioned: bool,
@@ -81,12 +91,12 @@ def delete_prefix(
     return deleted
 
 
-def count_prefix(s3: Any, where: ScratchLocation, *, versioned: bool, deadline: Deadline | None = None) -> int:
+def count_prefix(s3: S3Client, where: ScratchLocation, *, versioned: bool, deadline: Deadline | None = None) -> int:
     """How many entries a deletion would remove (read-only; for dry runs)."""
-    operation, what, kinds = (
-        (s3.list_object_versions, "ListObjectVersions", ("Versions", "DeleteMarkers"))
-        if versioned
-        else (s3.list_objects_v2, "ListObjectsV2", ("Contents",))
+    # Either listing, paged by its own markers: typed as a mapping, as the request is built for either.
+    operation: Callable[..., Mapping[str, Any]] = s3.list_object_versions if versioned else s3.list_objects_v2
+    what, kinds = (
+        ("ListObjectVersions", ("Versions", "DeleteMarkers")) if versioned else ("ListObjectsV2", ("Contents",))
     )
     request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix}
     total = 0
@@ -101,14 +111,16 @@ def count_prefix(s3: Any, where: ScratchLocation, *, versioned: bool, deadline: 
             request["ContinuationToken"] = page.get("NextContinuationToken")
 
 
-def _object_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
+def _object_pages(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
     start_after: str | None = None
     while True:
-        request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
+        request: ListObjectsV2RequestTypeDef = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
         if start_after is not None:
             request["StartAfter"] = start_after
         listed = call(s3.list_objects_v2, "ListObjectsV2", deadline, **request)
-        keys = [{"Key": _inside(item["Key"], where)} for item in listed.get("Contents", [])]
+        keys: list[ObjectIdentifierTypeDef] = [
+            {"Key": _inside(item["Key"], where)} for item in listed.get("Contents", [])
+        ]
         last = not listed.get("IsTruncated")
         if keys:
             yield Page(where, keys, last)
@@ -117,14 +129,13 @@ def _object_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterat
             return
 
 
-def _version_pages(s3: Any, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
-    request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
+def _version_pages(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
+    request: ListObjectVersionsRequestTypeDef = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
     while True:
         listed = call(s3.list_object_versions, "ListObjectVersions", deadline, **request)
-        entries = [
+        entries: list[ObjectIdentifierTypeDef] = [
             {"Key": _inside(item["Key"], where), "VersionId": item["VersionId"]}
-            for kind in ("Versions", "DeleteMarkers")
-            for item in listed.get(kind, [])
+            for item in [*listed.get("Versions", []), *listed.get("DeleteMarkers", [])]
         ]
         last = not listed.get("IsTruncated")
         if entries:
@@ -148,9 +159,9 @@ def xml_safe(key: str) -> bool:
     return _NOT_IN_XML.search(key) is None
 
 
-def _delete(s3: Any, page: Page, deadline: Deadline, together: Deleter | None) -> int:
+def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | None) -> int:
     safe = Page(page.where, [], page.last)
-    alone: list[dict[str, str]] = []
+    alone: list[ObjectIdentifierTypeDef] = []
     for entry in page.entries:
         (safe.entries if xml_safe(entry["Key"]) else alone).append(entry)
     if safe.entries:
@@ -163,11 +174,14 @@ def _delete(s3: Any, page: Page, deadline: Deadline, together: Deleter | None) -
             if part.error is not None:
                 raise part.error
     for entry in alone:
-        call(s3.delete_object, "DeleteObject", deadline, Bucket=page.where.bucket, **entry)
+        request: DeleteObjectRequestTypeDef = {"Bucket": page.where.bucket, "Key": entry["Key"]}
+        if "VersionId" in entry:
+            request["VersionId"] = entry["VersionId"]
+        call(s3.delete_object, "DeleteObject", deadline, **request)
     return len(page.entries)
 
 
-def delete_pages(s3: Any, parts: list[Part[Page, int]], deadline: Deadline) -> None:
+def delete_pages(s3: S3Client, parts: list[Part[Page, int]], deadline: Deadline) -> None:
     """Delete the pages of ``parts`` (of one bucket, at most PAGE entries in all) in one DeleteObjects.
 
     Each part is answered for its own keys: how many it had deleted, or the error of its keys (``Part.fail``). A key
@@ -177,7 +191,7 @@ def delete_pages(s3: Any, parts: list[Part[Page, int]], deadline: Deadline) -> N
         TransientError / PermanentError: the call failed as a whole (every part it carried failed with it).
     """
     owners: dict[tuple[str, str | None], list[Part[Page, int]]] = {}
-    objects: list[dict[str, str]] = []
+    objects: list[ObjectIdentifierTypeDef] = []
     for part in parts:
         try:
             _guard(part.item, parts[0].item.where.bucket)
@@ -212,16 +226,16 @@ def _guard(page: Page, bucket: str) -> None:
 
 
 def _errors_by_part(
-    errors: list[dict[str, Any]],
+    errors: list[ErrorTypeDef],
     owners: dict[tuple[str, str | None], list[Part[Page, int]]],
     carried: list[Part[Page, int]],
-) -> dict[Part[Page, int], list[dict[str, Any]]]:
+) -> dict[Part[Page, int], list[ErrorTypeDef]]:
     """Each per-key error, to the part(s) whose key it names: by key and version, else by key. An error naming no key
     sent goes to every part carried, since whose it is cannot be told."""
     by_key: dict[str, list[Part[Page, int]]] = {}
     for (key, _), parts in owners.items():
         by_key.setdefault(key, []).extend(parts)
-    found: dict[Part[Page, int], list[dict[str, Any]]] = {}
+    found: dict[Part[Page, int], list[ErrorTypeDef]] = {}
     for error in errors:
         key = str(error.get("Key", ""))
         whose = owners.get((key, error.get("VersionId"))) or by_key.get(key) or carried
@@ -230,7 +244,7 @@ def _errors_by_part(
     return found
 
 
-def _key_errors(errors: list[dict[str, Any]], sent: int, where: ScratchLocation) -> PermanentError | TransientError:
+def _key_errors(errors: list[ErrorTypeDef], sent: int, where: ScratchLocation) -> PermanentError | TransientError:
     codes = sorted({str(error.get("Code", "")) for error in errors})
     message = f"DeleteObjects: {len(errors)} of {sent} keys under {where.prefix!r} not deleted ({', '.join(codes)})"
     if all(is_transient_code(code) for code in codes):

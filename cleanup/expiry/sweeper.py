@@ -17,7 +17,7 @@ from collections import Counter
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError
@@ -26,6 +26,9 @@ from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.settings import CleanupMode, Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef, QueryOutputTypeDef
 
 
 class Verdict(StrEnum):
@@ -123,7 +126,7 @@ def _expired_in(
 ) -> list[Expired]:
     """Every index entry of one bucket whose ttl is before ``now``, all pages."""
     names = runtime.settings.attributes
-    request: dict[str, Any] = {
+    request: QueryInputTypeDef = {
         "TableName": table,
         "IndexName": runtime.settings.expiry_index,
         # Strictly before now, as DynamoDB TTL counts an item expired; the delete's condition says the same.
@@ -148,9 +151,8 @@ def _expired_in(
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def _query(runtime: Runtime, request: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
-    page: dict[str, Any] = call(runtime.clients.dynamodb.query, "Query", deadline, **request)
-    return page
+def _query(runtime: Runtime, request: QueryInputTypeDef, deadline: Deadline) -> QueryOutputTypeDef:
+    return call(runtime.clients.dynamodb.query, "Query", deadline, **request)
 
 
 def _expired(item: dict[str, Any], settings: Settings) -> Expired:

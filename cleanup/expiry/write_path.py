@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
 from schemas.settings import AttributeNames, Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 KEY_PREFIX = "session#"
 SORT_KEY = "meta"
@@ -61,7 +64,7 @@ def expiry_buckets(since: float, until: float, *, bucket_seconds: int, shards: i
 
 
 def create_session(
-    ddb: Any,
+    ddb: DynamoDBClient,
     table: str,
     session_id: str,
     *,
@@ -118,7 +121,7 @@ def create_session(
 
 
 def touch_session(
-    ddb: Any,
+    ddb: DynamoDBClient,
     table: str,
     session_id: str,
     *,
@@ -159,7 +162,7 @@ def touch_session(
 
 
 def end_session(
-    ddb: Any,
+    ddb: DynamoDBClient,
     table: str,
     session_id: str,
     *,

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.calls import call, call_or_gone
 from cleanup.deadletter import MESSAGE_FORMAT, is_object_key
 from cleanup.exceptions import PermanentError
 from cleanup.runtime import Runtime
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import DeleteObjectRequestTypeDef, GetObjectRequestTypeDef
 
 MISSING_OBJECT_CODES = frozenset({"NoSuchKey", "NoSuchVersion", "404"})
 MAX_STORED_BYTES = 16 * 1024 * 1024  # a stored message is a few MiB at most (a 400 KB item, escaped, and its error)
@@ -45,8 +48,10 @@ def read_stored(runtime: Runtime, stored: StoredRecord) -> dict[str, Any]:
     """
     _check_location(runtime, stored)
     s3 = runtime.clients.s3
-    where = {"Bucket": stored.bucket, "Key": stored.key, **_version(stored)}
-    answer = call(s3.get_object, "GetObject", None, gone=MISSING_OBJECT_CODES, **where)
+    where: GetObjectRequestTypeDef = {"Bucket": stored.bucket, "Key": stored.key}
+    if stored.version_id:
+        where["VersionId"] = stored.version_id
+    answer = call_or_gone(s3.get_object, "GetObject", None, MISSING_OBJECT_CODES, **where)
     if answer is None:
         raise PermanentError(f"the record's object {stored} is missing")
     if int(answer.get("ContentLength") or 0) > MAX_STORED_BYTES:
@@ -70,7 +75,9 @@ def delete_stored(runtime: Runtime, stored: StoredRecord) -> None:
         TransientError / PermanentError: the object could not be deleted.
     """
     _check_location(runtime, stored)
-    where = {"Bucket": stored.bucket, "Key": stored.key, **_version(stored)}
+    where: DeleteObjectRequestTypeDef = {"Bucket": stored.bucket, "Key": stored.key}
+    if stored.version_id:
+        where["VersionId"] = stored.version_id
     call(runtime.clients.s3.delete_object, "DeleteObject", None, **where)
 
 
@@ -83,7 +90,3 @@ def _check_location(runtime: Runtime, stored: StoredRecord) -> None:
             f"the message names the object {str(stored)[:300]!r}, which is not a dead-letter object of this worker "
             f"(DEAD_LETTER_BUCKET {bucket!r}, DEAD_LETTER_PREFIX {prefix!r}): left alone"
         )
-
-
-def _version(stored: StoredRecord) -> dict[str, str]:
-    return {"VersionId": stored.version_id} if stored.version_id else {}

@@ -8,12 +8,13 @@ says nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from cleanup.calls import call
+from cleanup.calls import call, call_or_gone
+from cleanup.clients import Clients
 from cleanup.exceptions import CleanupError
 from schemas.settings import DEAD_LETTER_OVERLAP_FIX, dead_letter_overlap
 
@@ -49,10 +50,10 @@ class CheckResult:
     fix: str = ""
 
 
-Check = Callable[[Any, Target], CheckResult | None]
+Check = Callable[[Clients, Target], CheckResult | None]
 
 
-def run_checks(clients: Any, target: Target) -> list[CheckResult]:
+def run_checks(clients: Clients, target: Target) -> list[CheckResult]:
     """Every check that applies, in order; one that cannot reach AWS fails with the error and the rest go on."""
     results = []
     for check in CHECKS:
@@ -66,7 +67,7 @@ def run_checks(clients: Any, target: Target) -> list[CheckResult]:
     return results
 
 
-def check_table(clients: Any, target: Target) -> CheckResult:
+def check_table(clients: Clients, target: Target) -> CheckResult:
     """The session table exists."""
     name = "session table exists"
     if not target.table:
@@ -77,7 +78,7 @@ def check_table(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, f"{target.table} ({table.get('TableStatus', '?')})")
 
 
-def check_ttl(clients: Any, target: Target) -> CheckResult:
+def check_ttl(clients: Clients, target: Target) -> CheckResult:
     """DynamoDB TTL is enabled on the attribute the worker reads as the ttl."""
     name = f"TTL enabled on {target.ttl_attribute!r}"
     if not target.table or _describe_table(clients, target.table) is None:
@@ -98,7 +99,7 @@ def check_ttl(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, f"{status} on {attribute!r}")
 
 
-def check_stream(clients: Any, target: Target) -> CheckResult:
+def check_stream(clients: Clients, target: Target) -> CheckResult:
     """The table's stream is enabled with a view type that carries the old image (what a REMOVE cleans)."""
     name = "stream enabled with an old image"
     table = _describe_table(clients, target.table) if target.table else None
@@ -119,7 +120,7 @@ def check_stream(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, f"{view} ({table.get('LatestStreamArn', '')})")
 
 
-def check_bucket(clients: Any, target: Target) -> CheckResult:
+def check_bucket(clients: Clients, target: Target) -> CheckResult:
     """The scratch bucket exists and is reachable."""
     name = "scratch bucket exists"
     if not target.bucket:
@@ -131,7 +132,7 @@ def check_bucket(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, target.bucket)
 
 
-def check_lifecycle(clients: Any, target: Target) -> CheckResult:
+def check_lifecycle(clients: Clients, target: Target) -> CheckResult:
     """Enabled lifecycle rules over the scratch root expire current and noncurrent versions (the backstop)."""
     name = f"lifecycle backstop covers {target.scratch_root!r}"
     fix = (
@@ -140,11 +141,11 @@ def check_lifecycle(clients: Any, target: Target) -> CheckResult:
     )
     if not target.bucket or not _bucket_exists(clients, target.bucket):
         return CheckResult(name, False, "no bucket to check", "fix the bucket first")
-    lifecycle = call(
+    lifecycle = call_or_gone(
         clients.s3.get_bucket_lifecycle_configuration,
         "GetBucketLifecycleConfiguration",
         None,
-        gone=("NoSuchLifecycleConfiguration",),
+        ("NoSuchLifecycleConfiguration",),
         Bucket=target.bucket,
     )
     if lifecycle is None:
@@ -159,13 +160,13 @@ def check_lifecycle(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, f"rules {', '.join(sorted(set(current + noncurrent)))}")
 
 
-def check_key(clients: Any, target: Target) -> CheckResult:
+def check_key(clients: Clients, target: Target) -> CheckResult:
     """The grants' KMS key exists, is enabled, and is configured by ARN (RetireGrant needs the ARN)."""
     name = "KMS key exists and is enabled"
     if not target.kms_key_id:
         return CheckResult(name, False, "no key configured", "set KMS_KEY_ID (the key ARN) or pass --kms-key-id")
-    described = call(
-        clients.kms.describe_key, "DescribeKey", None, gone=("NotFoundException",), KeyId=target.kms_key_id
+    described = call_or_gone(
+        clients.kms.describe_key, "DescribeKey", None, ("NotFoundException",), KeyId=target.kms_key_id
     )
     if described is None:
         return CheckResult(name, False, f"{target.kms_key_id} not found", "fix KMS_KEY_ID")
@@ -180,7 +181,7 @@ def check_key(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, key["Arn"])
 
 
-def check_callback(clients: Any, target: Target) -> CheckResult:
+def check_callback(clients: Clients, target: Target) -> CheckResult:
     """The WebSocket management endpoint is set (items without a callbackUrl use it)."""
     name = "callback endpoint set"
     fix = "set WS_CALLBACK_URL=https://<api-id>.execute-api.<region>.amazonaws.com/<stage> (or --callback-url)"
@@ -192,7 +193,7 @@ def check_callback(clients: Any, target: Target) -> CheckResult:
     return CheckResult(name, True, target.callback_url)
 
 
-def check_dead_letter_store(clients: Any, target: Target) -> CheckResult | None:
+def check_dead_letter_store(clients: Clients, target: Target) -> CheckResult | None:
     """Records too large for a dead-letter message go to a bucket that exists, outside the scratch root.
 
     Only said when a dead-letter queue is set or the prefix overlaps the root (the worker refuses to start then).
@@ -213,7 +214,7 @@ def check_dead_letter_store(clients: Any, target: Target) -> CheckResult | None:
     return CheckResult(name, True, f"s3://{bucket}/{target.dead_letter_prefix}")
 
 
-def check_registry(clients: Any, target: Target) -> CheckResult | None:
+def check_registry(clients: Clients, target: Target) -> CheckResult | None:
     """The connection registry's index exists, is keyed on the connection id, and is active: its items then carry the
     connection id and the table's keys (DynamoDB projects them into every index), which is what the worker reads back
     to delete a membership. Only said when a registry is configured."""
@@ -256,18 +257,18 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def _describe_table(clients: Any, table: str | None) -> dict[str, Any] | None:
+def _describe_table(clients: Clients, table: str) -> dict[str, Any] | None:
     gone = ("ResourceNotFoundException",)
-    described = call(clients.dynamodb.describe_table, "DescribeTable", None, gone=gone, TableName=table)
+    described = call_or_gone(clients.dynamodb.describe_table, "DescribeTable", None, gone, TableName=table)
     return None if described is None else dict(described["Table"])
 
 
-def _bucket_exists(clients: Any, bucket: str) -> bool:
+def _bucket_exists(clients: Clients, bucket: str) -> bool:
     gone = ("404", "NoSuchBucket", "403", "AccessDenied", "Forbidden")
-    return call(clients.s3.head_bucket, "HeadBucket", None, gone=gone, Bucket=bucket) is not None
+    return call_or_gone(clients.s3.head_bucket, "HeadBucket", None, gone, Bucket=bucket) is not None
 
 
-def _covers(rule: dict[str, Any], root: str) -> bool:
+def _covers(rule: Mapping[str, Any], root: str) -> bool:
     """An enabled rule whose only filter is a prefix that every key under ``root`` has."""
     if rule.get("Status") != "Enabled":
         return False

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundError
@@ -32,6 +32,10 @@ from cleanup.streams.kinesis import read_shard_range
 from cleanup.streams.reader import ShardReader, list_shards
 from schemas.outcomes import Outcome
 from schemas.records import RecordError, Source, read_kinesis_bytes, read_record, sequence_number_of
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_kinesis import KinesisClient
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +100,10 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
 
 def _records(message: BatchRange | StoredRecord | Incoming, runtime: Runtime) -> tuple[list[Incoming], MessageResult]:
     if isinstance(message, BatchRange) and message.kinesis:
-        records, lost, missing = read_kinesis_range(runtime.clients.get("kinesis"), message)
+        records, lost, missing = read_kinesis_range(runtime.clients.kinesis, message)
         return records, MessageResult("on-failure", lost=lost, missing=missing)
     if isinstance(message, BatchRange):
-        records, lost, missing = read_range(runtime.clients.get("dynamodbstreams"), message)
+        records, lost, missing = read_range(runtime.clients.streams, message)
         return records, MessageResult("on-failure", lost=lost, missing=missing)
     if isinstance(message, StoredRecord):
         return [_dead_lettered(read_stored(runtime, message))], MessageResult("dead-letter")
@@ -173,7 +177,7 @@ def _stored(message: dict[str, Any]) -> StoredRecord:
     )
 
 
-def read_range(streams: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
+def read_range(streams: DynamoDBStreamsClient, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
     """The records of ``batch`` still in the stream, the ranges that are not, and how many records are missing.
 
     The range is read from ``startSequenceNumber`` (or the shard's first record, if later) up to
@@ -198,7 +202,7 @@ def read_range(streams: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lo
     return records, lost, missing
 
 
-def read_kinesis_range(kinesis: Any, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
+def read_kinesis_range(kinesis: KinesisClient, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
     """``read_range`` for a Kinesis data stream: each record's data decoded into the DynamoDB change it carries.
 
     Raises:

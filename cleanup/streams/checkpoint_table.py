@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from cleanup.calls import call
+from cleanup.calls import call, call_or_gone
 from cleanup.exceptions import AccessDeniedError, CheckpointTableError, CleanupError, TransientError
 from cleanup.telemetry import log
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 TABLE_ACTIVE_TIMEOUT_SECONDS = 120.0
 IAM_ACTIONS: dict[str, tuple[str, ...]] = {
@@ -43,17 +49,25 @@ def table_error(error: CleanupError, table: str, operation: str, actions: Sequen
     return CheckpointTableError(f"checkpoint table {table}: {error}")
 
 
-def table_call(
-    method: Callable[..., Any], operation: str, table: str, *, gone: Sequence[str] = (), **kwargs: Any
-) -> Any:
+def table_call(method: Callable[P, R], operation: str, table: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
     """One call on the checkpoint table, its failure translated by ``table_error``."""
     try:
-        return call(method, operation, None, gone=gone, **kwargs)
+        return call(method, operation, None, *args, **kwargs)
     except CleanupError as exc:
         raise table_error(exc, table, operation) from exc
 
 
-def ensure_table(dynamodb: Any, table: str, sleep: Callable[[float], None] = time.sleep) -> None:
+def table_call_or_gone(
+    method: Callable[P, R], operation: str, table: str, gone: Sequence[str], /, *args: P.args, **kwargs: P.kwargs
+) -> R | None:
+    """``table_call``, but None when the table answers with an error code in ``gone``."""
+    try:
+        return call_or_gone(method, operation, None, gone, *args, **kwargs)
+    except CleanupError as exc:
+        raise table_error(exc, table, operation) from exc
+
+
+def ensure_table(dynamodb: DynamoDBClient, table: str, sleep: Callable[[float], None] = time.sleep) -> None:
     """Create the checkpoint table (on-demand) if it does not exist, and wait until it is ACTIVE.
 
     Raises:
@@ -70,20 +84,20 @@ def ensure_table(dynamodb: Any, table: str, sleep: Callable[[float], None] = tim
         status = _status(dynamodb, table) or "DELETED"
 
 
-def _status(dynamodb: Any, table: str) -> str | None:
+def _status(dynamodb: DynamoDBClient, table: str) -> str | None:
     """The table's status, or None when it does not exist."""
     gone = ("ResourceNotFoundException",)
-    answer = table_call(dynamodb.describe_table, "DescribeTable", table, gone=gone, TableName=table)
+    answer = table_call_or_gone(dynamodb.describe_table, "DescribeTable", table, gone, TableName=table)
     return None if answer is None else str(answer["Table"]["TableStatus"])
 
 
-def _create_table(dynamodb: Any, table: str) -> str:
+def _create_table(dynamodb: DynamoDBClient, table: str) -> str:
     log.info("creating the checkpoint table", extra={"table": table})
-    created = table_call(
+    created = table_call_or_gone(
         dynamodb.create_table,
         "CreateTable",
         table,
-        gone=("ResourceInUseException",),  # another consumer created it first
+        ("ResourceInUseException",),  # another consumer created it first
         TableName=table,
         AttributeDefinitions=[
             {"AttributeName": "stream", "AttributeType": "S"},

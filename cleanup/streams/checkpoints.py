@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import CleanupError, ConditionFailedError, LeaseLostError
 from cleanup.streams.checkpoint_table import ensure_table, table_call, table_error
 from cleanup.streams.lease import LEASE_SHARD, Lease
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 __all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
 
@@ -38,7 +42,7 @@ class Checkpoint:
 class CheckpointStore:
     """The checkpoints of one stream's shards, written only while ``lease`` is held."""
 
-    def __init__(self, dynamodb: Any, table: str, stream_arn: str, lease: Lease) -> None:
+    def __init__(self, dynamodb: DynamoDBClient, table: str, stream_arn: str, lease: Lease) -> None:
         self._dynamodb = dynamodb
         self._table = table
         self._stream = stream_arn
@@ -95,7 +99,7 @@ class CheckpointStore:
             [self._lease.condition_check(), {"Delete": {"TableName": self._table, "Key": key}}], FORGET_ACTIONS
         )
 
-    def _transact(self, items: list[dict[str, Any]], actions: tuple[str, ...]) -> None:
+    def _transact(self, items: list[TransactWriteItemTypeDef], actions: tuple[str, ...]) -> None:
         try:
             call(self._dynamodb.transact_write_items, "TransactWriteItems", None, TransactItems=items)
         except ConditionFailedError as exc:  # the lease's condition check: the only condition in the transaction

@@ -10,16 +10,22 @@ page while the shard still has records behind it (a stretch with no records) doe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError
 from cleanup.streams.reader import EMPTY_READS_AT_END
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.literals import ShardIteratorTypeType
 
 PAGE = 1000  # records per GetRecords: a failed batch is at most 10,000 records
 
 
-def read_shard_range(kinesis: Any, stream_arn: str, shard_id: str, start: str, end: str) -> list[dict[str, Any]]:
+def read_shard_range(
+    kinesis: KinesisClient, stream_arn: str, shard_id: str, start: str, end: str
+) -> list[dict[str, Any]]:
     """The records of ``shard_id`` from ``start`` to ``end`` (inclusive) that the stream still holds.
 
     Raises:
@@ -35,8 +41,10 @@ def read_shard_range(kinesis: Any, stream_arn: str, shard_id: str, start: str, e
         try:
             page = _read(kinesis, stream_arn, iterator)
         except IteratorExpiredError:
-            after = ("AFTER_SEQUENCE_NUMBER", read_to) if read_to else ("AT_SEQUENCE_NUMBER", start)
-            iterator = _open(kinesis, stream_arn, shard_id, *after)
+            if read_to:
+                iterator = _open(kinesis, stream_arn, shard_id, "AFTER_SEQUENCE_NUMBER", read_to)
+            else:
+                iterator = _open(kinesis, stream_arn, shard_id, "AT_SEQUENCE_NUMBER", start)
             continue
         records = page.get("Records", [])
         numbers = [int(record["SequenceNumber"]) for record in records]
@@ -51,12 +59,14 @@ def read_shard_range(kinesis: Any, stream_arn: str, shard_id: str, start: str, e
     return found
 
 
-def _open(kinesis: Any, stream_arn: str, shard_id: str, kind: str, sequence_number: str) -> str:
-    answer = call(
+def _open(
+    kinesis: KinesisClient, stream_arn: str, shard_id: str, kind: ShardIteratorTypeType, sequence_number: str
+) -> str:
+    answer = call_or_gone(
         kinesis.get_shard_iterator,
         "GetShardIterator",
         None,
-        gone=("ResourceNotFoundException",),
+        ("ResourceNotFoundException",),
         StreamARN=stream_arn,
         ShardId=shard_id,
         ShardIteratorType=kind,
@@ -67,12 +77,12 @@ def _open(kinesis: Any, stream_arn: str, shard_id: str, kind: str, sequence_numb
     return str(answer["ShardIterator"])
 
 
-def _read(kinesis: Any, stream_arn: str, iterator: str) -> dict[str, Any]:
-    answer = call(
+def _read(kinesis: KinesisClient, stream_arn: str, iterator: str) -> dict[str, Any]:
+    answer = call_or_gone(
         kinesis.get_records,
         "GetRecords",
         None,
-        gone=("ResourceNotFoundException",),
+        ("ResourceNotFoundException",),
         StreamARN=stream_arn,
         ShardIterator=iterator,
         Limit=PAGE,

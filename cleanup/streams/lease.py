@@ -16,12 +16,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
 from cleanup.exceptions import CleanupError, ConditionFailedError
 from cleanup.streams.checkpoint_table import table_call
 from cleanup.telemetry import log
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 LEASE_SHARD = "#lease"
 
@@ -31,7 +35,7 @@ class Lease:
 
     def __init__(
         self,
-        dynamodb: Any,
+        dynamodb: DynamoDBClient,
         table: str,
         stream_arn: str,
         owner: str,
@@ -123,7 +127,7 @@ class Lease:
         with self._lock:
             self._version = None
 
-    def condition_check(self) -> dict[str, Any]:
+    def condition_check(self) -> TransactWriteItemTypeDef:
         """A TransactWriteItems ConditionCheck that this consumer still owns the lease."""
         return {
             "ConditionCheck": {

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cleanup.exceptions import LeaseLostError, StopRequested, TransientError
 from cleanup.inplace import Backoff, InPlaceBatch
@@ -29,6 +29,9 @@ from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
 from schemas.settings import StartPosition
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
 BeforeCheckpoint = Callable[[str, list[Outcome]], None]
 
 
@@ -41,7 +44,7 @@ class StreamPoller:
         stream_arn: str,
         *,
         consumer_id: str | None = None,
-        streams: Any = None,
+        streams: DynamoDBStreamsClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
         before_checkpoint: BeforeCheckpoint | None = None,
@@ -60,7 +63,7 @@ class StreamPoller:
             clock,
         )
         self.store = CheckpointStore(runtime.clients.dynamodb, settings.checkpoint_table, stream_arn, self.lease)
-        self._streams = streams if streams is not None else runtime.clients.get("dynamodbstreams")
+        self._streams = streams if streams is not None else runtime.clients.streams
         self._clock = clock
         self._stopping = threading.Event()
         self._sleep = sleep or self._stopping.wait

@@ -20,12 +20,16 @@ import json
 import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError, TrimmedDataError
 from cleanup.telemetry import log
 from schemas.settings import StartPosition
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 EMPTY_READS_AT_END = 3
 """An open shard can answer empty before records that are there: this many empty reads in a row end a one-off read
@@ -53,7 +57,7 @@ class Page:
     next_iterator: str | None
 
 
-def latest_stream_arn(dynamodb: Any, table: str) -> str:
+def latest_stream_arn(dynamodb: DynamoDBClient, table: str) -> str:
     """The ARN of ``table``'s current stream.
 
     A stream that was disabled is still returned (with a warning): it holds its records for 24 hours more, and the
@@ -63,8 +67,8 @@ def latest_stream_arn(dynamodb: Any, table: str) -> str:
         StreamNotFoundError: the table does not exist, or has no stream.
         TransientError / PermanentError: the table could not be described.
     """
-    description = call(
-        dynamodb.describe_table, "DescribeTable", None, gone=("ResourceNotFoundException",), TableName=table
+    description = call_or_gone(
+        dynamodb.describe_table, "DescribeTable", None, ("ResourceNotFoundException",), TableName=table
     )
     if description is None:
         raise StreamNotFoundError(f"table {table!r} does not exist")
@@ -78,7 +82,7 @@ def latest_stream_arn(dynamodb: Any, table: str) -> str:
     return str(arn)
 
 
-def list_shards(streams: Any, stream_arn: str) -> list[Shard]:
+def list_shards(streams: DynamoDBStreamsClient, stream_arn: str) -> list[Shard]:
     """Every shard of the stream (DescribeStream, every page).
 
     Raises:
@@ -88,7 +92,9 @@ def list_shards(streams: Any, stream_arn: str) -> list[Shard]:
     shards: list[Shard] = []
     request: dict[str, Any] = {"StreamArn": stream_arn}
     while True:
-        answer = call(streams.describe_stream, "DescribeStream", None, gone=("ResourceNotFoundException",), **request)
+        answer = call_or_gone(
+            streams.describe_stream, "DescribeStream", None, ("ResourceNotFoundException",), **request
+        )
         if answer is None:
             raise StreamNotFoundError(f"stream {stream_arn} does not exist")
         description = answer["StreamDescription"]
@@ -117,7 +123,7 @@ def startable(shards: Iterable[Shard], finished: Collection[str], started: Colle
 
 
 def open_iterator(
-    streams: Any,
+    streams: DynamoDBStreamsClient,
     stream_arn: str,
     shard_id: str,
     *,
@@ -143,7 +149,7 @@ def open_iterator(
     return str(answer["ShardIterator"])
 
 
-def read_page(streams: Any, iterator: str, limit: int | None = None) -> Page:
+def read_page(streams: DynamoDBStreamsClient, iterator: str, limit: int | None = None) -> Page:
     """One GetRecords call, the records kept as the service sent them.
 
     Raises:
@@ -162,7 +168,7 @@ class ShardReader:
 
     def __init__(
         self,
-        streams: Any,
+        streams: DynamoDBStreamsClient,
         stream_arn: str,
         shard_id: str,
         *,
@@ -224,7 +230,7 @@ class ShardReader:
 
 
 def _stream_call(method: Any, what: str, **kwargs: Any) -> Any:
-    return call(method, what, None, gone=("ResourceNotFoundException",), **kwargs)
+    return call_or_gone(method, what, None, ("ResourceNotFoundException",), **kwargs)
 
 
 _local = threading.local()
@@ -234,7 +240,7 @@ def _keep_body(http_response: Any, **_: Any) -> None:
     _local.body = http_response.content
 
 
-def raw_get_records(streams: Any, shard_iterator: str, limit: int | None = None) -> dict[str, Any]:
+def raw_get_records(streams: DynamoDBStreamsClient, shard_iterator: str, limit: int | None = None) -> dict[str, Any]:
     """GetRecords, returning the response's JSON as sent (``Records`` and ``NextShardIterator``)."""
     event = "after-call.dynamodbstreams.GetRecords"
     streams.meta.events.register(event, _keep_body, unique_id="cleanup-keep-body")

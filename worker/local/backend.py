@@ -11,9 +11,13 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moto.server import ThreadedMotoServer
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import AttributeDefinitionTypeDef
 
 DEFAULT_ACCOUNT_ID = "123456789012"  # moto's account
 TTL_IDENTITY = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
@@ -71,7 +75,7 @@ class LocalAws:
 
 
 def create_session_table(
-    ddb: Any,
+    ddb: DynamoDBClient,
     table: str,
     *,
     view_type: str | None = "NEW_AND_OLD_IMAGES",
@@ -83,7 +87,10 @@ def create_session_table(
     Returns:
         The stream's ARN, or None when ``view_type`` is None (no stream).
     """
-    attributes = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
+    attributes: list[AttributeDefinitionTypeDef] = [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+    ]
     request: dict[str, Any] = {
         "TableName": table,
         "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
@@ -113,7 +120,7 @@ def create_session_table(
     return str(arn) if arn else None
 
 
-def create_registry_table(ddb: Any, table: str, *, index: str = "byConnection") -> None:
+def create_registry_table(ddb: DynamoDBClient, table: str, *, index: str = "byConnection") -> None:
     """A connection registry: one item per (room, connection) membership, ``pk = room#<roomId>#<shard>``,
     ``sk = conn#<connectionId>``, TTL on ``expiresAt``, and the global secondary index ``index`` on ``connectionId``
     (keys only: the table's key and the connection id)."""
@@ -137,7 +144,9 @@ def create_registry_table(ddb: Any, table: str, *, index: str = "byConnection") 
     ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"})
 
 
-def join_room(ddb: Any, table: str, room: str, connection_id: str, *, user_id: str, shard: int) -> dict[str, Any]:
+def join_room(
+    ddb: DynamoDBClient, table: str, room: str, connection_id: str, *, user_id: str, shard: int
+) -> dict[str, Any]:
     """Add ``connection_id`` to ``room`` in the registry, in the room's partition ``shard``; returns the item's key."""
     item = membership(room, connection_id, user_id=user_id, shard=shard)
     ddb.put_item(TableName=table, Item=item)
