@@ -4,10 +4,10 @@ facts."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -18,8 +18,29 @@ from cleanup.retry import Deadline
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.settings import Settings, Versioning, configuration_problems
 
+T = TypeVar("T")
+
 # SQS's bounds of a queue's MaximumMessageSize, in bytes.
 SQS_MESSAGE_BYTES = (1_024, 1_048_576)
+
+
+class AskedOnce(Generic[T]):
+    """Answers that do not change while the process lives (a bucket's versioning, a table's keys), asked once per
+    key: however many threads want one at once, one of them asks and the others wait for its answer. A failed ask
+    keeps nothing, so the next caller asks again."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, T] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str, ask: Callable[[], T]) -> T:
+        known = self._known.get(key)
+        if known is None:
+            with self._lock:
+                known = self._known.get(key)
+                if known is None:
+                    known = self._known[key] = ask()
+        return known
 
 
 class Runtime:
@@ -61,12 +82,9 @@ class Runtime:
         self.clients = clients or Clients(settings)
         self.metrics = metrics or Metrics(settings, MetricsSink(settings.metrics_destination))
         self._lock = threading.Lock()
-        self._bucket_lock = threading.Lock()
-        self._versioned: dict[str, bool] = {}
-        self._queue_lock = threading.Lock()
-        self._message_limits: dict[str, int] = {}
-        self._table_lock = threading.Lock()
-        self._table_keys: dict[str, tuple[str, ...]] = {}
+        self._versioned: AskedOnce[bool] = AskedOnce()
+        self._message_limits: AskedOnce[int] = AskedOnce()
+        self._table_keys: AskedOnce[tuple[str, ...]] = AskedOnce()
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -82,14 +100,12 @@ class Runtime:
         mode = self.settings.scratch_versioning
         if mode is not Versioning.AUTO:
             return mode is Versioning.ENABLED
-        known = self._versioned.get(bucket)
-        if known is None:
-            with self._bucket_lock:  # one GetBucketVersioning per bucket, however many threads ask at once
-                known = self._versioned.get(bucket)
-                if known is None:
-                    answer = call(self.clients.s3.get_bucket_versioning, "GetBucketVersioning", deadline, Bucket=bucket)
-                    known = self._versioned[bucket] = answer.get("Status") in ("Enabled", "Suspended")
-        return known
+
+        def ask() -> bool:
+            answer = call(self.clients.s3.get_bucket_versioning, "GetBucketVersioning", deadline, Bucket=bucket)
+            return answer.get("Status") in ("Enabled", "Suspended")
+
+        return self._versioned.get(bucket, ask)
 
     def table_keys(self, table: str, deadline: Deadline | None = None) -> tuple[str, ...]:
         """``table``'s key attributes (partition key, then sort key): asked once per process (DescribeTable).
@@ -97,15 +113,13 @@ class Runtime:
         Raises:
             TransientError / PermanentError: the table could not be described (nothing is cached then).
         """
-        known = self._table_keys.get(table)
-        if known is None:
-            with self._table_lock:  # one DescribeTable, however many threads ask at once
-                known = self._table_keys.get(table)
-                if known is None:
-                    described = call(self.clients.dynamodb.describe_table, "DescribeTable", deadline, TableName=table)
-                    schema = sorted(described["Table"]["KeySchema"], key=lambda key: key["KeyType"] != "HASH")
-                    known = self._table_keys[table] = tuple(str(key["AttributeName"]) for key in schema)
-        return known
+
+        def ask() -> tuple[str, ...]:
+            described = call(self.clients.dynamodb.describe_table, "DescribeTable", deadline, TableName=table)
+            schema = sorted(described["Table"]["KeySchema"], key=lambda key: key["KeyType"] != "HASH")
+            return tuple(str(key["AttributeName"]) for key in schema)
+
+        return self._table_keys.get(table, ask)
 
     def message_limit(self, queue_url: str, deadline: Deadline | None = None) -> int:
         """The largest message ``queue_url`` accepts, in bytes: its MaximumMessageSize, asked once per process.
@@ -113,13 +127,7 @@ class Runtime:
         Raises:
             TransientError / PermanentError: the attribute could not be read (nothing is cached then).
         """
-        known = self._message_limits.get(queue_url)
-        if known is None:
-            with self._queue_lock:  # one GetQueueAttributes, however many threads ask at once
-                known = self._message_limits.get(queue_url)
-                if known is None:
-                    known = self._message_limits[queue_url] = self._ask_message_limit(queue_url, deadline)
-        return known
+        return self._message_limits.get(queue_url, lambda: self._ask_message_limit(queue_url, deadline))
 
     def _ask_message_limit(self, queue_url: str, deadline: Deadline | None) -> int:
         sqs = self.clients.sqs
