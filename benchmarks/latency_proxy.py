@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import subprocess
-import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from benchmarks.child import ChildServer
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
@@ -75,26 +75,13 @@ def serve(upstream: str, delay: float, port: int = 0) -> None:
     server.serve_forever()
 
 
-class LatencyProxy:
-    """The proxy in a child process (its own interpreter, so its threads do not share the caller's GIL)."""
+class LatencyProxy(ChildServer):
+    """The proxy in a child process."""
 
     def __init__(self, upstream: str, delay: float) -> None:
+        super().__init__("benchmarks.latency_proxy", "--upstream", upstream, "--delay", str(delay))
         self.upstream = upstream
         self.delay = delay
-        self.url = ""
-        self._process: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> LatencyProxy:
-        command = [sys.executable, "-m", "benchmarks.latency_proxy", "--upstream", self.upstream]
-        self._process = subprocess.Popen([*command, "--delay", str(self.delay)], stdout=subprocess.PIPE, text=True)
-        assert self._process.stdout is not None
-        self.url = self._process.stdout.readline().strip()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(10)
 
 
 def main() -> None:

@@ -17,8 +17,6 @@ import argparse
 import asyncio
 import bisect
 import json
-import subprocess
-import sys
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -26,6 +24,8 @@ from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+
+from benchmarks.child import ChildServer
 
 S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
@@ -185,25 +185,12 @@ def serve(latency: float) -> None:
     asyncio.run(start())
 
 
-class StubAws:
-    """The stub in a child process (its own interpreter, so it does not share the worker's GIL)."""
+class StubAws(ChildServer):
+    """The stub in a child process."""
 
     def __init__(self, latency: float) -> None:
+        super().__init__("benchmarks.stub_aws", "--latency", str(latency))
         self.latency = latency
-        self.url = ""
-        self._process: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> StubAws:
-        command = [sys.executable, "-m", "benchmarks.stub_aws", "--latency", str(self.latency)]
-        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        assert self._process.stdout is not None
-        self.url = self._process.stdout.readline().strip()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            self._process.wait(10)
 
     def control(self, command: str, **spec: Any) -> Any:
         request = urllib.request.Request(f"{self.url}/_stub/{command}", data=json.dumps(spec).encode(), method="POST")
