@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -194,8 +195,15 @@ def test_unprocessed_items_never_outlive_the_deadline(
     stack.delete("dead")
     runtime = runtime_for(stack, rooms, retry_max_wait_seconds=0.05)
     unprocessed = Unprocessed(runtime.clients.dynamodb, times=10_000)
+    deadline = Deadline()  # one second from the first BatchWriteItem, however long the reads before it took
 
-    outcome = clean(stack, rooms, runtime=runtime, deadline=Deadline.after(1.0))
+    def start(**_: Any) -> None:
+        if deadline.at is None:
+            deadline.at = time.monotonic() + 1.0
+
+    runtime.clients.dynamodb.meta.events.register("before-call.dynamodb.BatchWriteItem", start)
+
+    outcome = clean(stack, rooms, runtime=runtime, deadline=deadline)
 
     assert outcome.status is Status.FAILED and not outcome.permanent
     assert "deadline" in (action(outcome).error or "")
