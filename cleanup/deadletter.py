@@ -94,8 +94,10 @@ def dead_letter(
         return outcomes
     letters = _letters(pending, outcomes, records, attempts or {}, runtime, limit, deadline)
     result = list(outcomes)
-    for batch in batches(letters):
-        if _out_of_time(deadline, batch):
+    requests = list(batches(letters))
+    for number, batch in enumerate(requests):
+        if deadline.remaining() <= 0:
+            _out_of_time([letter for unsent in requests[number:] for letter in unsent])
             break
         for index in _send(runtime.clients.sqs, queue, batch, deadline):
             result[index] = outcomes[index].model_copy(update={"dead_lettered": True})
@@ -230,15 +232,12 @@ def _put(s3: S3Client, bucket: str, key: str, body: str, deadline: Deadline) -> 
     return location
 
 
-def _out_of_time(deadline: Deadline, batch: list[Letter]) -> bool:
-    if deadline.remaining() > 0:
-        return False
-    stored = [letter.stored for letter in batch if letter.stored]
+def _out_of_time(unsent: list[Letter]) -> None:
+    stored = [letter.stored for letter in unsent if letter.stored]
     log.error(
         "out of time to send to the dead-letter queue; the records stay failed",
-        extra={"records": len(batch), "storedObjects": stored},
+        extra={"records": len(unsent), "storedObjects": stored},
     )
-    return True
 
 
 def _about(outcome: Outcome) -> dict[str, Any]:

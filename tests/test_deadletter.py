@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.deadletter import SQS_BATCH_BYTES, Letter, batches, message_size
+from cleanup.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
 from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
@@ -262,3 +262,30 @@ def test_nothing_is_sent_once_the_deadline_has_passed_and_the_records_stay_faile
 
     assert [(o.failed, o.dead_lettered) for o in outcomes if o.event_name == "REMOVE"] == [(True, False)]
     assert messages(queue) == []
+
+
+def test_out_of_time_between_requests_names_every_stored_record_left_unsent(
+    stack: SessionStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 25 stored records: three SendMessageBatch requests. The first outlives the deadline; the two after it are not
+    # tried, and the ERROR line names every object they would have carried (the objects stay, found by that line).
+    queue = new_queue(stack, MaximumMessageSize="4096")
+    for n in range(25):
+        stack.put_session(f"late-{n}", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "blob": "x" * 5_000})
+        stack.delete(f"late-{n}")
+    records = read_lambda_event(stack.lambda_event())
+    outcomes = run_batch(records, stack.runtime(), Deadline())
+    runtime = stack.runtime(dead_letter_queue_url=queue, botocore_max_attempts=1)
+    deadline = Deadline.after(3.0)
+
+    def slow(**_: Any) -> None:
+        time.sleep(max(0.0, deadline.remaining()) + 0.05)
+
+    runtime.clients.sqs.meta.events.register("before-send.sqs.SendMessageBatch", slow)
+
+    result = dead_letter(outcomes, records, runtime, deadline=deadline)
+
+    assert [o.dead_lettered for o in result if o.failed] == [False] * 25  # the first request ran out of time too
+    [line] = [r for r in caplog.records if r.getMessage().startswith("out of time to send to the dead-letter")]
+    stored = [k for k in stack.objects("dead-letter/") if k.endswith(".json")]
+    assert line.records == 15 and len(line.storedObjects) == 15 and set(line.storedObjects) <= set(stored)

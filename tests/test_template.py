@@ -336,10 +336,11 @@ def test_deletes_and_listings_are_confined_to_the_scratch_root() -> None:
 
 def test_the_created_bucket_has_the_lifecycle_backstop_on_the_scratch_root() -> None:
     bucket = transformed()["Resources"]["ScratchBucket"]
-    rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    every = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    rules = [rule for rule in every if rule["Prefix"] == {"Ref": "ScratchRoot"}]
 
     assert bucket["Condition"] == "CreateScratchBucket"
-    assert all(rule["Prefix"] == {"Ref": "ScratchRoot"} and rule["Status"] == "Enabled" for rule in rules)
+    assert len(rules) == 2 and all(rule["Status"] == "Enabled" for rule in rules)
     assert any("ExpirationInDays" in rule for rule in rules)
     assert any("NoncurrentVersionExpiration" in rule for rule in rules)
     assert any(rule.get("ExpiredObjectDeleteMarker") is True for rule in rules)
@@ -400,3 +401,14 @@ def test_large_dead_letters_are_written_only_under_their_prefix_and_the_queue_si
     assert cleanup["Properties"]["Environment"]["Variables"]["DEAD_LETTER_PREFIX"] == {"Ref": "DeadLetterPrefix"}
     assert parameter("DeadLetterPrefix")["Default"] == Settings().dead_letter_prefix
     assert not Settings().dead_letter_prefix.startswith(parameter("ScratchRoot")["Default"])
+
+
+def test_stored_dead_letters_expire_only_after_every_message_that_can_name_them() -> None:
+    rules = resources("AWS::S3::Bucket")["ScratchBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    queues = resources("AWS::SQS::Queue")
+    [rule] = [r for r in rules if r.get("Prefix") == {"Ref": "DeadLetterPrefix"}]
+    longest = max(int(q["Properties"]["MessageRetentionPeriod"]) for q in queues.values()) / 86_400
+
+    assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] > longest
+    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 1
+    assert all(r.get("Prefix") in ({"Ref": "ScratchRoot"}, {"Ref": "DeadLetterPrefix"}) for r in rules)
