@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
 import pytest
 
+from cleanup.telemetry import LOGGER_NAME
 from tests.stack import SessionStack
 from worker.local.backend import LocalAws
 from worker.local.gateway import LocalGateway
+
+
+@pytest.fixture(autouse=True)
+def worker_logger() -> Iterator[None]:
+    """The worker's logger as it was before each test. A command run in a test points it at that test's captured
+    stderr (and stops propagation): left so, the next test's records would go to a closed stream instead of to
+    pytest's log capture."""
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from cleanup.exceptions import ConfigurationError
-from cleanup.telemetry import LOGGER_NAME
 from tests.stack import SessionStack
 from worker import cli, lambda_handler, sweep
 from worker.local.backend import create_session_table
@@ -45,20 +43,17 @@ def test_every_command_that_reads_settings_is_covered() -> None:
 
 @pytest.fixture
 def bad_env(aws: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """The moto server's environment (no call can leave the machine); environment and logger put back afterwards.
+    """The moto server's environment (no call can leave the machine), put back afterwards.
 
     The whole environment is restored, not only what the test set: a command that ran anyway (the demo points the
     process at its own moto server) must not leave the next test talking to a server that is gone.
     """
-    logger = logging.getLogger(LOGGER_NAME)
-    saved = (logger.handlers[:], logger.level, logger.propagate)
     environment = dict(os.environ)
     for name, value in SCRATCH.items():
         monkeypatch.setenv(name, value)
     yield monkeypatch
     os.environ.clear()
     os.environ.update(environment)
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 def expect_one_line(err: str, command: str, variable: str) -> None:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from cleanup.telemetry import LOGGER_NAME, configure_logging
+from cleanup.telemetry import configure_logging
 from tests.scenarios.helpers import (
     ProxiedClients,
     World,
@@ -73,11 +71,8 @@ def test_a_hostile_prefix_deletes_nothing_anywhere(stack: SessionStack, prefix: 
 
 
 @pytest.fixture
-def captured_log() -> Iterator[io.StringIO]:
-    logger = logging.getLogger(LOGGER_NAME)
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield io.StringIO()
-    logger.handlers[:], logger.level, logger.propagate = saved
+def captured_log() -> io.StringIO:
+    return io.StringIO()  # the worker's logger is restored after every test (tests/conftest.py)
 
 
 @pytest.mark.slow  # a fault scenario
