@@ -60,6 +60,10 @@ def checkpoint(stack: Any, shard_id: str | None = None) -> dict[str, Any] | None
     return stack.ddb.get_item(TableName=f"ckpt-{stack.table}", Key=key, ConsistentRead=True).get("Item")
 
 
+def checkpoint_table_exists(stack: Any) -> bool:
+    return f"ckpt-{stack.table}" in stack.ddb.list_tables()["TableNames"]
+
+
 def only_shard(stack: Any) -> str:
     return str(stack.streams.describe_stream(StreamArn=stack.stream_arn)["StreamDescription"]["Shards"][0]["ShardId"])
 
@@ -576,7 +580,7 @@ def test_a_dry_run_consumes_nothing_and_a_later_enforce_run_cleans_everything(st
     dry = make_poller(stack, cleanup_mode="dry-run", **settings).run(until_idle=True)
 
     assert (dry.records, dry.failed, dry.dead_lettered, dry.blocked, dry.checkpoints) == (len(numbers), 1, 0, [], {})
-    assert checkpoint(stack) is None
+    assert not checkpoint_table_exists(stack)  # nothing written: not even the table
     assert sqs.receive_message(QueueUrl=queue).get("Messages", []) == []
     assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items)
     assert {item["grantId"] for item in items} <= stack.grant_ids()
@@ -599,7 +603,7 @@ def test_a_dry_run_reads_a_child_shard_after_its_parent_and_marks_neither(stack)
 
     assert summary.finished_shards == [LineageStreams.PARENT] and summary.records == len(records)
     assert streams.reads[-1] == LineageStreams.CHILD
-    assert checkpoint(stack, LineageStreams.PARENT) is None and checkpoint(stack, LineageStreams.CHILD) is None
+    assert not checkpoint_table_exists(stack)
     assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items)
 
 
@@ -612,3 +616,26 @@ def test_a_dry_run_keeps_the_checkpoint_of_a_vanished_shard(stack):
     make_poller(stack, streams=ChildOnly([], records[1:]), cleanup_mode="dry-run").run(until_idle=True)
 
     assert checkpoint(stack, LineageStreams.PARENT)["finished"]["BOOL"] is True
+
+
+def test_a_dry_run_reads_beside_the_consumer_holding_the_lease_and_leaves_it_alone(stack):
+    # An operator previews a configuration while the enforce consumer runs: the preview must neither wait for the
+    # lease nor take it (the consumer would stand by, and expired sessions wait), and it starts at the checkpoints.
+    items = [stack.put_session(f"s{n}") for n in range(4)]
+    stack.delete("s0")
+    make_poller(stack).run(until_idle=True)  # the enforce consumer's checkpoint: after s0
+    for n in range(1, 4):
+        stack.delete(f"s{n}")
+    table = f"ckpt-{stack.table}"
+    holder = Lease(stack.ddb, table, stack.stream_arn, "enforce-consumer", 20.0)
+    assert holder.try_acquire()
+    lease_key = {"stream": {"S": stack.stream_arn}, "shard": {"S": "#lease"}}
+    lease_before = stack.ddb.get_item(TableName=table, Key=lease_key, ConsistentRead=True)["Item"]
+    saved = checkpoint(stack)
+
+    dry = make_poller(stack, cleanup_mode="dry-run").run(until_idle=True)
+
+    assert (dry.records, dry.failed, dry.standby_polls, dry.lease_lost) == (3, 0, 0, False)
+    assert stack.ddb.get_item(TableName=table, Key=lease_key, ConsistentRead=True)["Item"] == lease_before
+    assert holder.renew() and checkpoint(stack) == saved
+    assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items[1:])

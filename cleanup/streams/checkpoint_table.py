@@ -84,6 +84,11 @@ def ensure_table(dynamodb: DynamoDBClient, table: str, sleep: Callable[[float], 
         status = _status(dynamodb, table) or "DELETED"
 
 
+def table_exists(dynamodb: DynamoDBClient, table: str) -> bool:
+    """Whether the checkpoint table exists (raises as ``ensure_table``)."""
+    return _status(dynamodb, table) is not None
+
+
 def _status(dynamodb: DynamoDBClient, table: str) -> str | None:
     """The table's status, or None when it does not exist."""
     gone = ("ResourceNotFoundException",)

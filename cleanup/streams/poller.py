@@ -3,7 +3,8 @@
 A shard's step is one of: retry the records still failing, read a page, or finish the closed shard. Shards take
 turns on one thread (the pipeline cleans each batch's records concurrently); a failing shard waits out its backoff
 while the others go on. Everything runs under the stream's lease (``cleanup.streams.lease``); without it the poller
-stands by.
+stands by. A dry run writes nothing, so it takes no lease and creates no table: it reads the checkpoints (if the
+table exists) and runs beside the consumer that holds the lease, without delaying it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cleanup.exceptions import LeaseLostError, StopRequested, TransientError
-from cleanup.inplace import Backoff, InPlaceBatch
+from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.runtime import Runtime
+from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Heartbeat, Lease
@@ -73,41 +75,60 @@ class StreamPoller:
         self._finished: set[str] = set()
         self._checkpoints = PollCheckpoints(self.store, settings, self._stopping, self._wait)
         self._rediscover = True
+        self._dry_run = not consumes(settings)
 
     def request_stop(self) -> None:
         """Stop after the batch in flight, its checkpoint written (safe from a signal handler)."""
         self._stopping.set()
 
     def run(self, *, until_idle: bool = False) -> PollSummary:
-        """Stand by for the lease, then consume until stopped (or until every shard is drained, with ``until_idle``).
+        """Stand by for the lease, then consume until stopped (or until every shard is drained, with ``until_idle``);
+        a dry run reads at once, without the lease.
 
         Raises:
             CheckpointTableError: the checkpoint table refuses the worker (e.g. a missing permission).
         """
         try:
             dynamodb, table = self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table
-            self._checkpoints.persist("DescribeTable", lambda: ensure_table(dynamodb, table))
-            while self._await_lease():
-                try:
-                    with Heartbeat(self.lease):
-                        self._consume(until_idle)
-                    break
-                except LeaseLostError:
-                    log.error("lease lost: stopped consuming", extra={"consumer": self.consumer_id})
-                    self.summary.lease_lost = True
-                    self._cursors.clear()
-                    if until_idle:
-                        break
+            if self._dry_run:
+                exists = self._checkpoints.persist("DescribeTable", lambda: table_exists(dynamodb, table))
+                self._preview(until_idle, exists)
+            else:
+                self._checkpoints.persist("DescribeTable", lambda: ensure_table(dynamodb, table))
+                self._consume_under_lease(until_idle)
         except StopRequested:
             log.warning("stopped before the checkpoint table answered", extra={"consumer": self.consumer_id})
         finally:
             self.lease.release()
+        return self._summarise()
+
+    def _consume_under_lease(self, until_idle: bool) -> None:
+        while self._await_lease():
+            try:
+                with Heartbeat(self.lease):
+                    self._consume(until_idle)
+                return
+            except LeaseLostError:
+                log.error("lease lost: stopped consuming", extra={"consumer": self.consumer_id})
+                self.summary.lease_lost = True
+                self._cursors.clear()
+                if until_idle:
+                    return
+
+    def _summarise(self) -> PollSummary:
         saved = self._checkpoints.saved
         self.summary.checkpoints = {s: c.sequence_number for s, c in saved.items() if c.sequence_number}
         self.summary.blocked = [
             number for c in self._cursors.values() if c.exhausted and c.batch for number in c.batch.waiting
         ]
         return self.summary
+
+    def _preview(self, until_idle: bool, checkpoints: bool) -> None:
+        table = self.runtime.settings.checkpoint_table
+        if not checkpoints:
+            log.info("dry run: no checkpoint table yet; reading from START_POSITION", extra={"table": table})
+        log.info("dry run: reading without the stream's lease", extra={"consumer": self.consumer_id})
+        self._consume(until_idle, load=checkpoints)
 
     # The lease.
     def _await_lease(self) -> bool:
@@ -126,12 +147,14 @@ class StreamPoller:
         return False
 
     def _ensure_lease(self) -> None:
+        if self._dry_run:
+            return
         if not self.lease.renew_if_due():
             raise LeaseLostError(f"{self.consumer_id} no longer holds the lease of {self.stream_arn}")
 
     # The loop.
-    def _consume(self, until_idle: bool) -> None:
-        saved = self._checkpoints.load()
+    def _consume(self, until_idle: bool, *, load: bool = True) -> None:
+        saved = self._checkpoints.load() if load else {}
         self._finished = {shard for shard, checkpoint in saved.items() if checkpoint.finished}
         next_discovery = self._clock()
         while not self._stopping.is_set():
