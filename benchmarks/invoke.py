@@ -72,7 +72,7 @@ def main(path: str) -> None:
     import worker.lambda_handler
 
     imported = time.time()
-    runtime = worker.lambda_handler.runtime()
+    runtime = worker.lambda_handler.warm.get()
     if spec.get("stub"):
         for client in (runtime.clients.s3, runtime.clients.kms, runtime.clients.dynamodb):
             client.meta.events.register("before-send", stub_response)
