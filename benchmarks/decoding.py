@@ -97,7 +97,7 @@ def decoders(records: list[dict[str, Any]]) -> dict[str, Callable[[], list[dict[
 
     def powertools() -> list[dict[str, Any]]:
         event = DynamoDBStreamEvent({"Records": records})  # a new event each time: its images are cached properties
-        return [record.dynamodb.old_image for record in event.records]  # type: ignore[union-attr]
+        return [record.dynamodb.old_image for record in event.records if record.dynamodb is not None]
 
     return {
         "schemas.attributes.decode_image": ours,

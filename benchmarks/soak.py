@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {args.sessions} sessions a wave, fault rate {args.fault_rate}, {time.monotonic() - started:.0f} s")
     for name, value in figures.items():
         print(f"  {name}: {value}")
-    clean = not any(figures["residue"].values()) and figures["live and sentinels untouched"]  # type: ignore[union-attr]
+    left = figures["residue"]
+    clean = isinstance(left, dict) and not any(left.values()) and figures["live and sentinels untouched"] is True
     return 0 if clean else 1
 
 

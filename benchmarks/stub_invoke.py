@@ -30,7 +30,7 @@ def main(spec_path: str, out_path: str) -> None:
 
     # This tree's handler keeps its runtime in ``warm``; the commit measured as "before" had ``runtime()``.
     warm_runtime = getattr(worker.lambda_handler, "warm", None)
-    runtime = warm_runtime.get() if warm_runtime is not None else worker.lambda_handler.runtime()
+    runtime = warm_runtime.get() if warm_runtime is not None else worker.lambda_handler.runtime()  # type: ignore[attr-defined]
     calls: Counter[str] = Counter()
     lock = threading.Lock()
 
