@@ -15,6 +15,7 @@ from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from schemas.records import read_lambda_event
+from tests.queues import redrive
 from tests.stack import SessionStack, client
 from worker import cli, lambda_handler
 
@@ -194,11 +195,6 @@ def stored_message(stack: SessionStack, queue: str, session: str) -> tuple[dict[
     assert invoke(runtime, stack.lambda_event()) == {"batchItemFailures": []}
     [key] = [k for k in stack.objects("dead-letter/") if k.endswith(".json")]
     return item, key
-
-
-def redrive(capsys: pytest.CaptureFixture[str], queue: str) -> tuple[int, dict[str, Any]]:
-    code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0", "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def test_a_message_whose_object_is_missing_is_kept_and_reported(

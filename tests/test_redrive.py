@@ -11,6 +11,7 @@ import pytest
 from cleanup.deadletter import message_body
 from schemas.outcomes import Outcome, Status
 from schemas.records import Source, read_record
+from tests.queues import on_queue, redrive, send
 from tests.stack import SessionStack, client
 from worker import cli
 
@@ -36,21 +37,6 @@ def on_failure(stack: SessionStack, records: list[dict[str, Any]], **changes: An
         **changes,
     }
     return json.dumps({**ON_FAILURE, "DDBStreamBatchInfo": info})
-
-
-def send(queue: str, *bodies: str) -> None:
-    for body in bodies:
-        client("sqs").send_message(QueueUrl=queue, MessageBody=body)
-
-
-def on_queue(queue: str) -> list[str]:
-    answer = client("sqs").receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=0)
-    return [m["Body"] for m in answer.get("Messages", [])]
-
-
-def redrive(capsys: pytest.CaptureFixture[str], queue: str) -> tuple[int, dict[str, Any]]:
-    code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0", "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def test_a_failed_batch_is_read_again_cleaned_and_its_message_deleted(worker_env, queue, capsys):

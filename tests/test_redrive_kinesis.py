@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.kcl_daemon import kinesis_payload
+from tests.queues import on_queue, redrive, send
 from tests.stack import SessionStack, client
-from worker import cli
 
 ON_FAILURE = json.loads((Path(__file__).parent / "events" / "lambda-on-failure-destination-kinesis.json").read_text())
 
@@ -55,20 +55,6 @@ def on_failure(stream: str, published: list[dict[str, str]], **changes: Any) -> 
         **changes,
     }
     return json.dumps({**ON_FAILURE, "KinesisBatchInfo": info})
-
-
-def send(queue: str, body: str) -> None:
-    client("sqs").send_message(QueueUrl=queue, MessageBody=body)
-
-
-def on_queue(queue: str) -> list[str]:
-    answer = client("sqs").receive_message(QueueUrl=queue, MaxNumberOfMessages=10, VisibilityTimeout=0)
-    return [m["Body"] for m in answer.get("Messages", [])]
-
-
-def redrive(capsys: pytest.CaptureFixture[str], queue: str) -> tuple[int, dict[str, Any]]:
-    code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0", "--json"])
-    return code, json.loads(capsys.readouterr().out)
 
 
 def test_a_failed_kinesis_batch_is_read_again_from_the_stream_cleaned_and_its_message_deleted(
