@@ -1,4 +1,10 @@
-"""Classification: is this record a session to clean, and why was it deleted?"""
+"""Classification: is this record a session to clean, and why was it deleted?
+
+Only the session table's items are sessions. A DynamoDB stream carries one table's changes, but a Kinesis data
+stream (Kinesis Data Streams for DynamoDB) may carry several tables', each record naming its own: such a record is a
+session only when it names SESSION_TABLE, and cannot be judged at all without it. The connection registry's items
+carry a connection id too, and are never sessions, whatever stream brings them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 from cleanup.exceptions import BadRecordError
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.outcomes import Reason
-from schemas.records import StreamRecord
+from schemas.records import Source, StreamRecord
 from schemas.session import Session, SessionItemError
 from schemas.settings import Settings
 
@@ -52,6 +58,9 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
     key = item_key(record)
     if record.event_name != "REMOVE":
         return Decision(key, skip_reason=f"event {record.event_name or 'unknown'} is not a REMOVE")
+    other_table = _other_table(record, settings)
+    if other_table is not None:
+        return Decision(key, skip_reason=other_table)
     if record.old_image is None:
         raise BadRecordError(NO_OLD_IMAGE.format(view=record.stream_view_type or "unknown"))
     names = settings.attributes
@@ -69,6 +78,29 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
         raise BadRecordError(str(exc)) from exc
     reason, lag = _reason(record, session)
     return Decision(key, session=session, reason=reason, ttl_lag_seconds=lag)
+
+
+def _other_table(record: StreamRecord, settings: Settings) -> str | None:
+    """Why ``record`` is not from the session table (None: it is, or its stream holds no other).
+
+    Raises:
+        BadRecordError: a Kinesis record that names no table, or SESSION_TABLE is not set to tell.
+    """
+    table = record.table
+    if table is not None and table == settings.registry_table:
+        return f"not a session: an item of the registry table {table!r}"
+    if record.source is not Source.KINESIS:
+        return None
+    if table is None:
+        raise BadRecordError("Kinesis record names no table (tableName): whose item it is cannot be told")
+    if settings.session_table is None:
+        raise BadRecordError(
+            f"Kinesis record of table {table!r} and SESSION_TABLE is not set: a Kinesis stream can carry several "
+            "tables' changes, so set SESSION_TABLE to the table that holds the sessions"
+        )
+    if table != settings.session_table:
+        return f"not a session: an item of table {table!r}, not of SESSION_TABLE {settings.session_table!r}"
+    return None
 
 
 def _partition_key(record: StreamRecord, name: str) -> str:

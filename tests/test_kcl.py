@@ -26,6 +26,7 @@ def daemon(aws, stack, tmp_path):
             **aws.environment(),
             "SCRATCH_BUCKET": stack.bucket,
             "KMS_KEY_ID": stack.key_arn,
+            "SESSION_TABLE": stack.table,
             "RETRY_MAX_WAIT_SECONDS": "0.05",
             **settings,
         }

@@ -122,6 +122,7 @@ def test_the_real_daemon_cleans_sessions_checkpoints_and_stops_on_sigterm(aws, h
         "AWS_CBOR_DISABLED": "true",
         "SCRATCH_BUCKET": stack.bucket,
         "KMS_KEY_ID": stack.key_arn,
+        "SESSION_TABLE": stack.table,
     }
     log = tmp_path / "daemon.log"
     command = ["java", "-Xmx128m", "-XX:+UseSerialGC", "-Daws.cborEnabled=false", "-cp", f"{JARS}/*"]

@@ -21,6 +21,8 @@ from schemas.records import RecordError, Source, parse_record, read_lambda_event
 from tests.kcl_daemon import KinesisShard, kinesis_payload, lambda_kinesis_event
 from tests.stack import SessionStack
 from worker import cli, lambda_handler
+from worker.local.backend import create_registry_table, join_room, membership
+from worker.local.gateway import LocalGateway
 
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/session-changes"
 
@@ -140,3 +142,76 @@ def test_replay_reads_a_saved_kinesis_event(worker_env: SessionStack, tmp_path: 
     assert code == 0
     assert json.loads(capsys.readouterr().out) == {"records": 2, "cleaned": 1, "skipped": 1, "failed": []}
     assert stack.objects(item["scratchPrefix"]) == []
+
+
+def removed(table: str, item: dict[str, Any]) -> dict[str, Any]:
+    """A REMOVE of ``item`` from ``table`` in the Kinesis format (as a table sharing the stream would send it)."""
+    change = {"ApproximateCreationDateTime": int(time.time() * 1000), "Keys": {k: item[k] for k in ("pk", "sk")}}
+    return {
+        "awsRegion": "us-east-1",
+        "eventID": f"e-{item['sk']['S']}",
+        "eventName": "REMOVE",
+        "eventSource": "aws:dynamodb",
+        "tableName": table,
+        "recordFormat": "application/json",
+        "dynamodb": {**change, "OldImage": item, "SizeBytes": 200},
+    }
+
+
+def shared_stream_event(*payloads: dict[str, Any]) -> dict[str, Any]:
+    return lambda_kinesis_event(KinesisShard().records(payloads), STREAM_ARN)
+
+
+def test_leaving_one_room_on_a_shared_kinesis_stream_keeps_the_socket_and_the_other_rooms(
+    stack: SessionStack, gateway: LocalGateway
+) -> None:
+    # The registry streams to the same Kinesis stream as the session table; a user leaves room r1.
+    client = gateway.connect()
+    registry = f"registry-{stack.table}"
+    create_registry_table(stack.ddb, registry)
+    left = membership("r1", client.connection_id, user_id="u1", shard=0)
+    join_room(stack.ddb, registry, "r2", client.connection_id, user_id="u1", shard=1)
+    event = shared_stream_event(removed(registry, left))
+
+    with lambda_handler.warm.use(stack.runtime(ws_callback_url=gateway.callback_url, registry_table=registry)):
+        answer = lambda_handler.handler(event, None)
+
+    assert answer == {"batchItemFailures": []}
+    assert not client.wait_closed(0.5) and gateway.is_open(client.connection_id)
+    assert stack.ddb.scan(TableName=registry, ConsistentRead=True)["Count"] == 1  # room r2 kept
+
+
+def test_another_tables_item_naming_a_live_sessions_resources_is_not_a_session(stack: SessionStack) -> None:
+    live = stack.put_session("live")
+    other = f"other-{stack.table}"
+    stack.ddb.create_table(
+        TableName=other,
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    lookalike = stack.ddb.get_item(TableName=stack.table, Key=stack.key("live"))["Item"]
+    event = shared_stream_event(removed(other, lookalike))
+
+    answer = invoke(stack, event)
+
+    assert answer == {"batchItemFailures": []}
+    assert len(stack.objects(live["scratchPrefix"])) == 3 and live["grantId"] in stack.grant_ids()
+
+
+def test_without_session_table_a_kinesis_record_fails_by_its_sequence_number_and_frees_nothing(
+    stack: SessionStack,
+) -> None:
+    ended = stack.put_session("k1")
+    stack.delete("k1")
+    event = kinesis_event(stack)
+    removes = [n for n, r in zip(sequence_numbers(event), event["Records"], strict=True) if b"REMOVE" in data(r)]
+
+    answer = invoke(stack, event, session_table=None)
+
+    assert answer == {"batchItemFailures": [{"itemIdentifier": number} for number in removes]}
+    assert len(stack.objects(ended["scratchPrefix"])) == 3 and ended["grantId"] in stack.grant_ids()
+
+
+def data(record: dict[str, Any]) -> bytes:
+    return base64.b64decode(record["kinesis"]["data"])

@@ -169,3 +169,30 @@ def test_binary_keys_round_trip_through_json() -> None:
     raw["dynamodb"]["Keys"] = {"pk": {"B": base64.b64encode(b"\x01\x02").decode()}}
     record = parse_record(json.loads(json.dumps(raw)))
     assert record.keys["pk"]["B"] == "AQI="
+
+
+def test_an_item_of_the_registry_table_is_never_a_session_whatever_stream_brings_it() -> None:
+    registry_arn = ARN.replace("table/sessions/", "table/rooms/")
+    record = parse_record({**change(), "eventSourceARN": registry_arn})
+
+    decision = classify(record, Settings(scratch_bucket="scratch", registry_table="rooms"))
+
+    assert decision.session is None and "registry table 'rooms'" in (decision.skip_reason or "")
+    assert classify(record, SETTINGS).session is not None  # without a registry: a table of its own stream
+
+
+@pytest.mark.parametrize(
+    ("fields", "settings", "error"),
+    [
+        ({}, Settings(scratch_bucket="scratch", session_table="sessions"), "names no table"),
+        ({"tableName": "sessions"}, SETTINGS, "SESSION_TABLE is not set"),
+    ],
+    ids=["no table named", "no SESSION_TABLE"],
+)
+def test_a_kinesis_record_whose_table_cannot_be_told_fails_permanently(
+    fields: dict[str, Any], settings: Settings, error: str
+) -> None:
+    record = read_record(change(created=NOW * 1000, **fields), Source.KINESIS, sequence_number="49650001")
+
+    with pytest.raises(BadRecordError, match=error):
+        classify(record, settings)

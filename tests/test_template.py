@@ -214,12 +214,15 @@ def test_the_mapping_delivers_only_remove_events() -> None:
     assert json.loads(only["Pattern"]) == {"eventName": ["REMOVE"]}
 
 
-def test_on_a_kinesis_stream_the_mapping_filters_removes_in_the_records_data() -> None:
+def test_on_a_kinesis_stream_the_mapping_filters_the_session_tables_removes_in_the_records_data() -> None:
     [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
+    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
 
     [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"], KinesisSource=True)
 
-    assert json.loads(only["Pattern"]) == {"data": {"eventName": ["REMOVE"]}}
+    pattern = only["Pattern"]["Fn::Sub"]
+    assert json.loads(pattern) == {"data": {"eventName": ["REMOVE"], "tableName": ["${SessionTableName}"]}}
+    assert cleanup["Properties"]["Environment"]["Variables"]["SESSION_TABLE"] == {"Ref": "SessionTableName"}
 
 
 @pytest.mark.parametrize(
