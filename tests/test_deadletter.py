@@ -187,6 +187,21 @@ def test_a_stored_record_is_not_dead_lettered_when_its_object_cannot_be_written(
     assert messages(queue) == []
 
 
+def test_a_dry_run_redrive_keeps_the_stored_record_and_its_message(
+    worker_env: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = worker_env
+    queue = new_queue(stack, MaximumMessageSize="4096")
+    item, key = stored_message(stack, queue, "planned")
+    monkeypatch.setenv("CLEANUP_MODE", "dry-run")
+
+    code, summary = redrive(capsys, queue)
+
+    assert (code, summary["deleted"], summary["wouldDelete"], summary["kept"]) == (0, 0, 1, [])
+    assert key in stack.objects("dead-letter/") and len(messages(queue)) == 1
+    assert item["grantId"] in stack.grant_ids()
+
+
 def stored_message(stack: SessionStack, queue: str, session: str) -> tuple[dict[str, Any], str]:
     """Dead-letter one record through S3 (a 4 KiB queue); returns its item and its object's key."""
     item = stack.put_session(session, extra={"blob": "x" * 5_000})

@@ -54,6 +54,26 @@ def test_a_failed_batch_is_read_again_cleaned_and_its_message_deleted(worker_env
     assert on_queue(queue) == []
 
 
+def test_a_dry_run_plans_every_record_and_deletes_no_message(worker_env, queue, capsys, monkeypatch):
+    # The rollout starts in dry run: a redrive then must not take away the message, the only pointer to its records.
+    stack = worker_env
+    ended = stack.put_session("r1")
+    stack.delete("r1")
+    message = on_failure(stack, stack.new_records())
+    send(queue, message)
+    monkeypatch.setenv("CLEANUP_MODE", "dry-run")
+
+    code, summary = redrive(capsys, queue)
+
+    assert (code, summary) == (0, {"messages": 1, "deleted": 0, "kept": [], "dryRun": True, "wouldDelete": 1})
+    assert on_queue(queue) == [message]
+    assert len(stack.objects(ended["scratchPrefix"])) == 3 and ended["grantId"] in stack.grant_ids()
+
+    monkeypatch.setenv("CLEANUP_MODE", "enforce")
+    assert redrive(capsys, queue) == (0, {"messages": 1, "deleted": 1, "kept": []})
+    assert stack.objects(ended["scratchPrefix"]) == [] and on_queue(queue) == []
+
+
 def test_only_the_named_range_is_cleaned(worker_env, queue, capsys):
     stack = worker_env
     inside, after = stack.put_session("in"), stack.put_session("after")

@@ -4,9 +4,11 @@ The queue holds Lambda on-failure destination messages or this worker's dead-let
 (``cleanup.operations.redrive`` reads both). A message is deleted only once every record it names is clean;
 otherwise it is kept, made visible again at the end of the run, and reported with its failed and lost records.
 Redrive sends nothing to the dead-letter queue: the message it is redriving already holds the failure, and keeping
-it is what loses nothing.
+it is what loses nothing. A dry run (CLEANUP_MODE=dry-run) plans every record and deletes no message and no stored
+record: it reports which messages an enforce run would delete.
 
-Exit code: 0 when every message was deleted, 1 when some were kept, 2 on usage or configuration errors.
+Exit code: 0 when every message was deleted (in a dry run: would be), 1 when some were kept, 2 on usage or
+configuration errors.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cleanup.calls import call
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime
+from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -55,14 +58,19 @@ def main(args: argparse.Namespace) -> int:
 @dataclass
 class Report:
     messages: list[tuple[str, MessageResult]] = field(default_factory=list)
+    dry_run: bool = False
 
     def summary(self) -> dict[str, Any]:
         kept = [(message_id, result) for message_id, result in self.messages if not result.clean]
-        return {
+        clean = len(self.messages) - len(kept)
+        summary: dict[str, Any] = {
             "messages": len(self.messages),
-            "deleted": len(self.messages) - len(kept),
+            "deleted": 0 if self.dry_run else clean,
             "kept": [_kept(message_id, result) for message_id, result in kept],
         }
+        if self.dry_run:
+            summary.update(dryRun=True, wouldDelete=clean)
+        return summary
 
 
 def _kept(message_id: str, result: MessageResult) -> dict[str, Any]:
@@ -80,13 +88,13 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
     """Receive, redrive and (when clean) delete every message; then print the report."""
     out = out or sys.stdout
     sqs = runtime.clients.sqs
-    report = Report()
+    report = Report(dry_run=runtime.settings.cleanup_mode is CleanupMode.DRY_RUN)
     kept: list[str] = []
     try:
         for message in _messages(sqs, args.queue_url, args.wait_seconds):
             result = redrive(message["Body"], runtime)
             report.messages.append((message["MessageId"], result))
-            if result.clean:
+            if result.clean and not report.dry_run:
                 receipt = message["ReceiptHandle"]
                 call(sqs.delete_message, "DeleteMessage", None, QueueUrl=args.queue_url, ReceiptHandle=receipt)
             else:
@@ -142,7 +150,7 @@ def _print(report: Report, out: IO[str], *, as_json: bool) -> None:
         return
     for message_id, result in report.messages:
         cleaned = sum(1 for o in result.outcomes if not o.failed)
-        verdict = "deleted" if result.clean else "kept"
+        verdict = ("would be deleted" if report.dry_run else "deleted") if result.clean else "kept"
         print(f"{message_id}  {result.kind:<11}  {len(result.outcomes)} records, {cleaned} clean  {verdict}", file=out)
         for outcome in result.outcomes:
             if outcome.failed:
@@ -151,4 +159,8 @@ def _print(report: Report, out: IO[str], *, as_json: bool) -> None:
             print(f"    lost {lost.first}..{lost.last}: {lost.why}", file=out)
         if result.error:
             print(f"    {result.error}", file=out)
-    print(f"\n{summary['messages']} messages: {summary['deleted']} deleted, {len(summary['kept'])} kept", file=out)
+    if report.dry_run:
+        done = f"dry run, nothing deleted: {summary['wouldDelete']} would be deleted"
+    else:
+        done = f"{summary['deleted']} deleted"
+    print(f"\n{summary['messages']} messages: {done}, {len(summary['kept'])} kept", file=out)

@@ -32,6 +32,7 @@ from cleanup.streams.kinesis import read_shard_range
 from cleanup.streams.reader import ShardReader, list_shards
 from schemas.outcomes import Outcome
 from schemas.records import RecordError, Source, read_kinesis_bytes, read_record, sequence_number_of
+from schemas.settings import CleanupMode
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -78,7 +79,8 @@ class MessageResult:
 def redrive(body: str, runtime: Runtime) -> MessageResult:
     """Clean the records one message names. Never raises for a bad message: it is reported and kept.
 
-    A record read from a stored object is cleaned first; the object is deleted only then, and only if it is clean.
+    A record read from a stored object is cleaned first; the object is deleted only then, only if it is clean, and
+    never in a dry run (the record was only planned, and the object is all that holds it).
     """
     try:
         message = parse_message(body)
@@ -90,7 +92,7 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
     except CleanupError as exc:
         return MessageResult(kind, error=str(exc))
     result.outcomes = run_batch(records, runtime) if records else []
-    if isinstance(message, StoredRecord) and result.clean:
+    if isinstance(message, StoredRecord) and result.clean and runtime.settings.cleanup_mode is CleanupMode.ENFORCE:
         try:
             delete_stored(runtime, message)
         except CleanupError as exc:
