@@ -31,7 +31,6 @@ from schemas.settings import CleanupMode
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
     from cleanup.runtime import Runtime
@@ -87,8 +86,8 @@ def dead_letter(
     if not queue or not pending or runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
         return outcomes
     deadline = deadline or Deadline()
-    try:
-        limit = runtime.message_limit(queue, deadline)
+    try:  # a slow or throttled queue is waited for, within the deadline, as every other call is
+        limit = call_with_retry(lambda: runtime.message_limit(queue, deadline), runtime.settings, deadline)
     except CleanupError as exc:
         log.error("dead-letter queue's message size unknown; the records stay failed", extra={"error": str(exc)})
         return outcomes
@@ -99,7 +98,7 @@ def dead_letter(
         if deadline.remaining() <= 0:
             _out_of_time([letter for unsent in requests[number:] for letter in unsent])
             break
-        for index in _send(runtime.clients.sqs, queue, batch, deadline):
+        for index in _send(runtime, queue, batch, deadline):
             result[index] = outcomes[index].model_copy(update={"dead_lettered": True})
     return result
 
@@ -244,13 +243,20 @@ def _about(outcome: Outcome) -> dict[str, Any]:
     return {"sequenceNumber": outcome.sequence_number}
 
 
-def _send(sqs: SQSClient, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
+def _send(runtime: Runtime, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
+    """Send one batch, tried again while it fails transiently and time remains (a request that timed out may have
+    been taken: a record then reaches the queue twice, which redrive handles as already done)."""
+    sqs = runtime.clients.sqs
     entries: list[SendMessageBatchRequestEntryTypeDef] = [
         {"Id": str(letter.index), "MessageBody": letter.body} for letter in batch
     ]
     stored = {str(letter.index): letter.stored for letter in batch if letter.stored}
     try:
-        response = call(sqs.send_message_batch, "SendMessageBatch", deadline, QueueUrl=queue, Entries=entries)
+        response = call_with_retry(
+            lambda: call(sqs.send_message_batch, "SendMessageBatch", deadline, QueueUrl=queue, Entries=entries),
+            runtime.settings,
+            deadline,
+        )
     except CleanupError as exc:
         log.error(
             "dead-letter queue send failed; the records stay failed",

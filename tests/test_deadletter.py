@@ -15,6 +15,7 @@ from cleanup.pipeline import run_batch
 from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from schemas.records import read_lambda_event
+from tests.faults import Faults
 from tests.queues import redrive
 from tests.stack import SessionStack, client
 from worker import cli, lambda_handler
@@ -273,6 +274,20 @@ def test_nothing_is_sent_once_the_deadline_has_passed_and_the_records_stay_faile
 
     assert [(o.failed, o.dead_lettered) for o in outcomes if o.event_name == "REMOVE"] == [(True, False)]
     assert messages(queue) == []
+
+
+@pytest.mark.parametrize("operation", ["GetQueueAttributes", "SendMessageBatch"])
+def test_a_queue_failing_for_a_moment_is_tried_again_and_the_records_are_dead_lettered(
+    stack: SessionStack, operation: str
+) -> None:
+    queue = new_queue(stack)
+    stack.put_session("bad", objects=0, grant=False, extra={"scratchPrefix": UNSAFE})
+    stack.delete("bad")
+    runtime = stack.runtime(dead_letter_queue_url=queue, botocore_max_attempts=1, retry_max_wait_seconds=0.05)
+    failed = Faults(runtime.clients.sqs, operation, "InternalError", status=500, times=2)
+
+    assert invoke(runtime, stack.lambda_event()) == {"batchItemFailures": []}
+    assert failed.sent == 3 and len(messages(queue)) == 1
 
 
 def test_out_of_time_between_requests_names_every_stored_record_left_unsent(
