@@ -34,7 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 
-from cleanup.aws_errors import THROTTLING_CODES
+from cleanup.aws_errors import THROTTLING_CODES, is_transient_code
 from cleanup.exceptions import OutOfTimeError
 from cleanup.rate import Rate
 from cleanup.telemetry import log
@@ -152,7 +152,12 @@ class Pacer:
             gate.release(taken_in, trouble=_timed_out(caught_exception), success=not failed)
             _learn_rate(gate, sent, throttled=throttled, answered=response is not None)
         deadline = deadline_var.get()
-        if failed and deadline is not None:
+        # Only an answer botocore would try again can run out of time; any other (a 410 Gone, access denied, a bad
+        # request) is the call's answer, and is returned as such however little time is left.
+        retryable = (
+            caught_exception is not None or throttled or is_transient_code(_error_code(response), _status(response))
+        )
+        if retryable and deadline is not None:
             backoff = min(2.0 ** (attempts - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + _retry_after(response)
             if deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:
                 operation = kwargs["event_name"].rsplit(".", 1)[-1]

@@ -12,8 +12,10 @@ from botocore.config import Config
 from cleanup.actions.connection import close_connection
 from cleanup.exceptions import PermanentError, TransientError
 from cleanup.pipeline import run_batch
+from cleanup.retry import Deadline
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
+from tests.faults import Faults
 from tests.stack import SessionStack
 from worker import lambda_handler
 from worker.local.gateway import LocalGateway
@@ -171,3 +173,18 @@ def test_an_items_callback_url_that_is_not_allowed_gets_no_request(stack: Sessio
     assert gateway.delete_calls == calls_before
     assert gateway.is_open(client.connection_id)
     client.close()
+
+
+def test_a_final_answer_near_the_deadline_is_the_answer_not_out_of_time(
+    stack: SessionStack, gateway: LocalGateway
+) -> None:
+    # 1.2 s left: enough to send, not enough for botocore to try again. A 410 means already closed, and access
+    # denied means a fix is needed: neither is "out of time", which would only try it again on the next delivery.
+    management = stack.runtime(ws_callback_url=gateway.callback_url).clients.management(gateway.callback_url)
+
+    gone = close_connection(management, "conn-never-open", Deadline.after(1.2))
+
+    assert gone is ActionStatus.ALREADY_DONE
+    Faults(management, "DeleteConnection", "AccessDeniedException", status=403)
+    with pytest.raises(PermanentError, match="AccessDenied"):
+        close_connection(management, "conn-never-open", Deadline.after(1.2))
