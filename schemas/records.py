@@ -232,7 +232,7 @@ def read_kinesis_bytes(blob: bytes, sequence_number: str, raw: object = None) ->
     """A Kinesis record's data already decoded from base64 (as boto3's GetRecords returns ``Data``)."""
     try:
         payload = json.loads(blob)
-    except ValueError as exc:  # bad JSON and bad UTF-8
+    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, and JSON nested deeper than Python recurses
         return UnreadableRecord(
             sequence_number=sequence_number,
             error=f"record data is not base64 JSON: {exc}",

@@ -115,7 +115,8 @@ def test_stdout_carries_only_protocol_messages(stack, daemon):
 def test_unreadable_data_is_dead_lettered_by_sequence_number(stack, daemon):
     queue = new_queue()
     shard = KinesisShard()
-    records = shard.records([b"", b"{not json", ["a", "list"]])
+    deep = b"[" * 200_000 + b"]" * 200_000  # JSON nested deeper than Python's parser recurses
+    records = shard.records([b"", b"{not json", ["a", "list"], deep])
     records[0]["data"] = "%%% not base64 %%%"
     child = daemon(DEAD_LETTER_QUEUE_URL=queue, MAX_RECORD_ATTEMPTS="1")
 

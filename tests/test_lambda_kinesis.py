@@ -62,7 +62,13 @@ def test_a_kinesis_event_is_cleaned_and_its_failures_named_by_kinesis_sequence_n
 
 
 @pytest.mark.parametrize(
-    "data", ["%%% not base64 %%%", base64.b64encode(b"{not json").decode(), base64.b64encode(b"[1, 2]").decode()]
+    "data",
+    [
+        "%%% not base64 %%%",
+        base64.b64encode(b"{not json").decode(),
+        base64.b64encode(b"[1, 2]").decode(),
+        base64.b64encode(b"[" * 200_000 + b"]" * 200_000).decode(),  # deeper than Python's JSON parser recurses
+    ],
 )
 def test_data_that_cannot_be_decoded_is_reported_by_its_sequence_number(stack: SessionStack, data: str) -> None:
     item = stack.put_session("fine")

@@ -13,6 +13,7 @@ import pytest
 
 from cleanup.clients import Clients
 from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.exceptions import SourceFileError
 from cleanup.operations.sources import FileRecord, read_file
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
@@ -285,3 +286,21 @@ def test_a_dead_letter_message_whose_record_is_in_s3_is_reported_with_where_it_i
     assert failed["sequenceNumber"] == number
     assert f"s3://{stack.bucket}/{stored['key']}" in failed["error"] and "cleanup-worker redrive" in failed["error"]
     assert len(stack.objects("sessions/t1/dl/")) == 3  # not cleaned: the record was not in the file
+
+
+def test_json_nested_too_deeply_is_rejected_by_line_and_the_other_lines_are_read(tmp_path: Path) -> None:
+    deep = "[" * 200_000 + "]" * 200_000
+    record = json.loads((Path(__file__).parent / "events" / "dynamodb-streams-lambda-event.json").read_text())[
+        "Records"
+    ][0]
+    lines = tmp_path / "records.jsonl"
+    lines.write_text(f"{deep}\n{json.dumps(record)}\n")
+    whole = tmp_path / "record.json"
+    whole.write_text(deep)
+
+    entries = read_file(lines)
+
+    assert [type(entry).__name__ for entry in entries] == ["Rejected", "FileRecord"]
+    assert entries[0].location.line == 1 and "too deeply" in entries[0].error  # type: ignore[union-attr]
+    with pytest.raises(SourceFileError, match="too deeply"):
+        read_file(whole)

@@ -33,7 +33,7 @@ from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
-from schemas.records import read_kinesis_data
+from schemas.records import UnreadableRecord, read_kinesis_data
 from worker.exit_codes import ExitCode
 
 CHECKPOINT_TRIES = 6
@@ -190,4 +190,10 @@ def decode(record: Any) -> Incoming:
     Anything else becomes an ``UnreadableRecord`` under the Kinesis sequence number: reported, never a crash. The
     decoding is the Lambda handler's too (``schemas.records.read_kinesis_data``).
     """
-    return read_kinesis_data(record.data, str(record.sequence_number))
+    number = str(record.sequence_number)
+    try:
+        return read_kinesis_data(record.data, number)
+    except Exception as exc:  # the record boundary: one record must not take its batch down (amazon_kclpy would
+        # acknowledge the whole batch, and the next checkpoint would pass records never cleaned)
+        log.exception("record data could not be decoded", extra={"sequenceNumber": number})
+        return UnreadableRecord(sequence_number=number, error=f"record data could not be decoded: {exc!r}", raw=None)

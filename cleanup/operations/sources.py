@@ -85,23 +85,30 @@ def read_file(path: str | Path) -> list[Entry]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as whole:
-        return _read_lines(name, text, whole)
+        return _read_lines(name, text, f"{name}:{whole.lineno}:{whole.colno}: not JSON: {whole.msg}")
+    except RecursionError:  # one document too deep, or JSON lines whose first one is
+        return _read_lines(name, text, f"{name}: JSON nested too deeply to read")
     entries = list(_document(document, text, Location(name, _line_at(text, _first_char(text)))))
     if entries and isinstance(entries[0], Rejected) and entries[0].error.startswith(_UNKNOWN):
         raise SourceFileError(f"{name}: {entries[0].error}")
     return entries
 
 
-def _read_lines(name: str, text: str, whole: json.JSONDecodeError) -> list[Entry]:
+def _read_lines(name: str, text: str, whole: str) -> list[Entry]:
+    """The file as JSON lines; ``whole`` says why it is not one JSON document, for a file that is not lines either."""
     lines = text.splitlines()
     first = next((n for n, line in enumerate(lines) if line.strip()), None)
     if first is None:
         return []
+    if len([line for line in lines if line.strip()]) == 1:
+        raise SourceFileError(whole)  # one document, and it cannot be read
     try:
         json.loads(lines[first])
+    except RecursionError:
+        pass  # JSON, only too deep: that line is reported below
     except json.JSONDecodeError:
         # Not JSON lines either: one JSON document that is broken; say where.
-        raise SourceFileError(f"{name}:{whole.lineno}:{whole.colno}: not JSON: {whole.msg}") from None
+        raise SourceFileError(whole) from None
     entries: list[Entry] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -111,6 +118,9 @@ def _read_lines(name: str, text: str, whole: json.JSONDecodeError) -> list[Entry
             document = json.loads(line)
         except json.JSONDecodeError as exc:
             entries.append(Rejected(where, f"not JSON at column {exc.colno}: {exc.msg}"))
+            continue
+        except RecursionError:
+            entries.append(Rejected(where, "JSON nested too deeply to read"))
             continue
         entries.extend(_document(document, None, where))
     return entries
