@@ -72,12 +72,27 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
         return Decision(key, skip_reason=f"not a session: sort key is not {sort_key!r}")
     if not any(name in record.old_image for name in names.resources):
         return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
+    _check_keys(record, record.old_image)
     try:
         session = Session.from_image(decode_image(record.old_image, "OldImage"), names)
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(str(exc)) from exc
     reason, lag = _reason(record, session)
     return Decision(key, session=session, reason=reason, ttl_lag_seconds=lag)
+
+
+def _check_keys(record: StreamRecord, old_image: dict[str, Any]) -> None:
+    """The race check reads the live item under ``Keys``, and the actions free what ``OldImage`` holds: they must be
+    the same item. A stream never sends them apart; a hand-made record (a replayed file, a message) can.
+
+    Raises:
+        BadRecordError: ``Keys`` is empty, or names a value the old image does not have.
+    """
+    if not record.keys:
+        raise BadRecordError("record has no Keys: the item under which a reconnected session would live is unknown")
+    differing = sorted(name for name, value in record.keys.items() if old_image.get(name) != value)
+    if differing:
+        raise BadRecordError(f"record's Keys and OldImage differ on {', '.join(differing)}: they are not one item")
 
 
 def _other_table(record: StreamRecord, settings: Settings) -> str | None:

@@ -196,3 +196,21 @@ def test_a_kinesis_record_whose_table_cannot_be_told_fails_permanently(
 
     with pytest.raises(BadRecordError, match=error):
         classify(record, settings)
+
+
+@pytest.mark.parametrize(
+    ("keys", "error"),
+    [
+        ({"pk": {"S": "session#gone"}, "sk": {"S": "meta"}}, "differ on pk"),
+        ({}, "no Keys"),
+    ],
+    ids=["keys of another item", "no keys"],
+)
+def test_a_record_whose_keys_are_not_its_old_images_fails_and_frees_nothing(keys: dict[str, Any], error: str) -> None:
+    # The race check reads under Keys; a hand-made record naming a key that no longer exists, with a live session's
+    # attributes in OldImage, would otherwise free that live session's resources.
+    raw = change()
+    raw["dynamodb"]["Keys"] = keys
+
+    with pytest.raises(BadRecordError, match=error):
+        classify(parse_record(raw), SETTINGS)
