@@ -133,10 +133,14 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     decision = classify(record, runtime.settings)
     if decision.session is None:
         return _outcome(record, decision, Status.SKIPPED)
-    steps = plan(decision.session, runtime, calls)
+    race_check = runtime.settings.race_check
+    reread = (lambda d: _live(record, runtime, d, calls, DELETE)) if race_check else None
+    steps = plan(decision.session, runtime, calls, reread)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
-    then = DELETE if not dry_run and any(step.action == scratch.ACTION and step.run for step in steps) else None
-    if steps and runtime.settings.race_check:
+    deletes = not dry_run and any(step.action == scratch.ACTION and step.run for step in steps)
+    # The next coalesced stage: the read again before the first page's deletion (or, with no race check, the deletion).
+    then = (READ if race_check else DELETE) if deletes else None
+    if steps and race_check:
         live = _live(record, runtime, deadline, calls, then)
     else:
         live = None

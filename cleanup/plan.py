@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
-from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
+from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError, PermanentError
 from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, resolve_prefix
 from cleanup.race import Holding, holding
 from cleanup.retry import Deadline, call_with_retry
@@ -34,11 +34,18 @@ class Step:
     location: ScratchLocation | None = None  # where a scratch step deletes, as the guard resolved it
 
 
-def plan(session: Session, runtime: Runtime, calls: BatchCalls | None = None) -> list[Step]:
+LiveReading = Callable[[Deadline], Session | None]
+"""Reads the item now stored under the deleted session's key (a consistent read): the reconnect race, again."""
+
+
+def plan(
+    session: Session, runtime: Runtime, calls: BatchCalls | None = None, reread: LiveReading | None = None
+) -> list[Step]:
     """The steps that free ``session``'s resources: close its socket, retire its grant, delete its scratch data, and
     (with a registry) remove its connection's room memberships.
 
-    With ``calls``, scratch pages are deleted together with those of the batch's other records.
+    With ``calls``, scratch pages are deleted together with those of the batch's other records. With ``reread``, the
+    live item is read again right before each scratch page is deleted.
     """
     steps = []
     if session.connection_id:
@@ -46,7 +53,7 @@ def plan(session: Session, runtime: Runtime, calls: BatchCalls | None = None) ->
     if session.grant_id:
         steps.append(_grant_step(session, session.grant_id, runtime))
     if session.scratch_prefix is not None:  # an empty prefix is refused by the guard, not ignored
-        steps.append(_scratch_step(session, session.scratch_prefix, runtime, calls))
+        steps.append(_scratch_step(session, session.scratch_prefix, runtime, calls, reread))
     if session.connection_id and runtime.settings.registry_table:
         steps.append(_registry_step(session.connection_id, runtime.settings.registry_table, runtime))
     return steps
@@ -80,18 +87,39 @@ def _grant_step(session: Session, grant_id: str, runtime: Runtime) -> Step:
     return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
 
 
-def _scratch_step(session: Session, scratch_prefix: str, runtime: Runtime, calls: BatchCalls | None) -> Step:
+def _scratch_step(
+    session: Session, scratch_prefix: str, runtime: Runtime, calls: BatchCalls | None, reread: LiveReading | None
+) -> Step:
     try:
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
+    bucket = runtime.settings.scratch_bucket or ""
+
+    def still_free(deadline: Deadline) -> None:
+        assert reread is not None
+        live = reread(deadline)
+        held = holding(scratch.ACTION, scratch_prefix, live, old=where, bucket=bucket)
+        if held is Holding.HELD:
+            raise NowHeldError(f"a session re-created under the same key now holds {where.prefix!r}: the rest is kept")
+        if held is Holding.UNKNOWN and live is not None:
+            raise _incomparable_prefix(scratch_prefix, live.scratch_prefix)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         versioned = runtime.is_versioned(where.bucket, deadline)
         together = calls.deleter(where.bucket) if calls is not None else None
-        deleted = scratch.delete_prefix(
-            runtime.clients.s3, where, versioned=versioned, deadline=deadline, together=together
-        )
+        check = still_free if reread is not None else None
+        try:
+            deleted = scratch.delete_prefix(
+                runtime.clients.s3,
+                where,
+                versioned=versioned,
+                deadline=deadline,
+                together=together,
+                before_delete=check,
+            )
+        except NowHeldError as held:
+            return ActionStatus.KEPT, {"heldBy": "live session", _unit(versioned): held.deleted}
         return (ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE), {_unit(versioned): deleted}
 
     def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
@@ -141,7 +169,7 @@ def execute(
     if held is Holding.HELD:
         return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={"heldBy": "live session"})
     if held is Holding.UNKNOWN and live is not None:
-        return _failed(step, _incomparable(step, live.scratch_prefix))
+        return _failed(step, _incomparable_prefix(step.resource, live.scratch_prefix))
     if step.refusal is not None:
         return _failed(step, step.refusal, refused=True)
     run = step.preview if dry_run else step.run
@@ -156,10 +184,10 @@ def execute(
     return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
 
 
-def _incomparable(step: Step, live_prefix: str | None) -> PermanentError:
+def _incomparable_prefix(old_prefix: str, live_prefix: str | None) -> PermanentError:
     return PermanentError(
         f"the live session under the same key has scratch prefix {live_prefix!r}, which names no S3 location that "
-        f"can be compared with {step.resource!r}: both are kept; check the live item, then redrive this record"
+        f"can be compared with {old_prefix!r}: both are kept; check the live item, then redrive this record"
     )
 
 

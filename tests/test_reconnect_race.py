@@ -91,3 +91,47 @@ def test_a_live_prefix_elsewhere_lets_the_old_one_go(stack: SessionStack) -> Non
 )
 def test_scratch_holding_compares_locations(live_prefix: str, expected: Holding) -> None:
     assert scratch_holding(OLD, live_prefix, "scratch") is expected
+
+
+def reconnect_during(stack: SessionStack, operation: str, objects: int, **settings: object):
+    """Session s1 is deleted; the worker cleans it, and while ``operation`` is on its way the user reconnects: s1 is
+    created again under the same key and prefix, with a new object. Returns the old item and the REMOVE's outcome."""
+    old = stack.put_session("s1", objects=objects)
+    stack.delete("s1")
+    event = stack.lambda_event()
+    runtime = stack.runtime(**settings)
+    service, name = operation.split(".")
+    client = runtime.clients.kms if service == "kms" else runtime.clients.s3
+    reconnected: list[bool] = []
+
+    def reconnect_now(**_: object) -> None:
+        if not reconnected:
+            reconnected.append(True)
+            stack.put_item({**old, "grantId": "new-grant"})
+            stack.s3.put_object(Bucket=stack.bucket, Key=f"{old['scratchPrefix']}new-session-data", Body=b"live")
+
+    client.meta.events.register(f"before-call.{service}.{name}", reconnect_now)
+    outcomes = run_batch(read_lambda_event(event), runtime)
+    return old, next(o for o in outcomes if o.event_name == "REMOVE")
+
+
+def test_a_session_recreated_while_its_grant_is_retired_keeps_the_prefix(stack: SessionStack) -> None:
+    # The race check read nothing under the key; by the time the prefix is listed, the user is back.
+    old, outcome = reconnect_during(stack, "kms.RetireGrant", objects=3)
+
+    scratch_result = next(a for a in outcome.actions if a.action == "scratch")
+    assert outcome.status is Status.CLEANED and scratch_result.status is ActionStatus.KEPT
+    assert f"{old['scratchPrefix']}new-session-data" in stack.objects(old["scratchPrefix"])
+    assert old["grantId"] not in stack.grant_ids()  # retired before the user came back
+
+
+def test_a_session_recreated_between_two_pages_keeps_the_rest_of_the_prefix(
+    stack: SessionStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cleanup.actions.scratch.PAGE", 2)  # five objects: three pages
+    old, outcome = reconnect_during(stack, "s3.DeleteObjects", objects=5)
+
+    scratch_result = next(a for a in outcome.actions if a.action == "scratch")
+    left = stack.objects(old["scratchPrefix"])
+    assert scratch_result.status is ActionStatus.KEPT and scratch_result.detail["objects"] == 2  # the first page
+    assert f"{old['scratchPrefix']}new-session-data" in left and len(left) == 4

@@ -16,6 +16,10 @@ which would delete another key (or none) and report success. The rest of the pag
 
 The deadline is checked between pages (and ``cleanup.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
+
+The reconnect race is checked again right before each page is deleted (``before_delete``: the live item read
+afresh), not only once before the session's first action: a session re-created under the same key while a slow
+grant or a long prefix was being worked on stops the deletion there (``NowHeldError``), and its data is kept.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws_errors import is_transient_code
 from cleanup.calls import call
 from cleanup.coalesce import READ, Coalescer, Part
-from cleanup.exceptions import OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
+from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
 from cleanup.retry import Deadline
 
@@ -67,12 +71,16 @@ def delete_prefix(
     versioned: bool,
     deadline: Deadline | None = None,
     together: Deleter | None = None,
+    before_delete: Callable[[Deadline], None] | None = None,
 ) -> int:
     """Delete everything under ``where``; returns how many objects (or versions and markers) were deleted.
 
     Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each.
+    ``before_delete`` runs after each page is listed and before it is deleted; it raises ``NowHeldError`` when the
+    prefix may no longer be freed.
 
     Raises:
+        NowHeldError: ``before_delete`` found the prefix held again (``deleted``: how much went before).
         OutOfTimeError: the deadline came first; what was deleted stays deleted.
         TransientError: throttling, 5xx, network, or per-key errors that are all transient.
         PermanentError: access denied (e.g. object lock) or another per-key error; nothing outside ``where`` is touched.
@@ -81,9 +89,13 @@ def delete_prefix(
     deleted = 0
     try:
         for page in _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline):
+            if before_delete is not None:
+                before_delete(deadline)
             deleted += _delete(s3, page, deadline, together)
             if deadline.remaining() <= 0:
                 raise OutOfTimeError("the deadline came before the next page")
+    except NowHeldError as exc:
+        raise NowHeldError(str(exc), deleted) from exc
     except OutOfTimeError as exc:
         raise OutOfTimeError(
             f"{exc}; {deleted} deleted under {where.prefix!r} so far, the rest on the record's next delivery"
