@@ -18,6 +18,7 @@ its lease, a sweep's conditional delete) translate the rest the same way.
           ├── ConditionFailedError    a conditional write found the item otherwise (``item``: what is there now)
           ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
           ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
+          ├── RefusedKeyError         an item's kmsKeyId is not a key the worker may retire grants on (nothing was sent)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
           ├── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
@@ -90,6 +91,10 @@ class UnsafePrefixError(PermanentError):
 
 class RefusedEndpointError(PermanentError):
     """The item names a callback endpoint the worker may not send signed requests to."""
+
+
+class RefusedKeyError(PermanentError):
+    """The item names a KMS key that is neither KMS_KEY_ID nor in ALLOWED_KMS_KEY_IDS: its grant is kept."""
 
 
 class MissingConfigError(PermanentError):

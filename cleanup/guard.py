@@ -1,4 +1,5 @@
-"""The safety guard: decides, before any call, whether a scratch prefix may be deleted and an endpoint called at all.
+"""The safety guard: decides, before any call, whether a scratch prefix may be deleted, an endpoint called, and a
+grant retired on the key an item names at all.
 
 The worker deletes every object under a prefix taken from a database item. A wrong or hostile value there could
 otherwise empty the bucket, another tenant's area or another bucket, so the prefix must:
@@ -8,6 +9,10 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
 * lie strictly under ``SCRATCH_ROOT`` (the root itself is refused), and under ``<root><tenantId>/`` when
   ``SCRATCH_TENANT_SCOPED`` is on;
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
+
+A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
+retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
+worker as retiring principal.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from urllib.parse import unquote
 
 import botocore.loaders
 
-from cleanup.exceptions import MissingConfigError, RefusedEndpointError, UnsafePrefixError
-from schemas.settings import Settings
+from cleanup.exceptions import MissingConfigError, RefusedEndpointError, RefusedKeyError, UnsafePrefixError
+from schemas.settings import KMS_KEY_ARN, Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,37 @@ def callback_endpoint(item_url: str | None, settings: Settings) -> str:
     raise RefusedEndpointError(
         f"callbackUrl {item_url!r} is not WS_CALLBACK_URL, an execute-api endpoint of a known region, or in "
         "ALLOWED_CALLBACK_URLS"
+    )
+
+
+def grant_key(item_key: str | None, settings: Settings) -> str:
+    """The key to retire a session's grant on: the item's ``kmsKeyId`` if it is KMS_KEY_ID or one of
+    ALLOWED_KMS_KEY_IDS (compared exactly), else KMS_KEY_ID when the item names no key.
+
+    The role's IAM policy cannot limit this: a grant's retiring principal may retire it whatever the policy allows.
+
+    Raises:
+        RefusedKeyError: the item names any other key, or a key id that is not an ARN (it cannot be compared).
+        MissingConfigError: neither the item nor KMS_KEY_ID names a key.
+    """
+    if not item_key:
+        if not settings.kms_key_id:
+            raise MissingConfigError("session has a grantId but no key: set KMS_KEY_ID or the item's kmsKeyId")
+        return settings.kms_key_id
+    allowed = {key.strip() for key in settings.allowed_kms_key_ids.split(",") if key.strip()}
+    if settings.kms_key_id:
+        allowed.add(settings.kms_key_id)
+    if item_key in allowed:
+        return item_key
+    shown = item_key if len(item_key) <= 300 else f"{item_key[:297]}..."
+    if not KMS_KEY_ARN.fullmatch(item_key):
+        raise RefusedKeyError(
+            f"kmsKeyId {shown!r} is not a key ARN, so it cannot be matched with KMS_KEY_ID or ALLOWED_KMS_KEY_IDS: "
+            "the grant is kept"
+        )
+    raise RefusedKeyError(
+        f"kmsKeyId {shown!r} is neither KMS_KEY_ID nor in ALLOWED_KMS_KEY_IDS: the grant is kept; add the key to "
+        "ALLOWED_KMS_KEY_IDS if its grants are the sessions', then redrive this record"
     )
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
-from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError, PermanentError
-from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, resolve_prefix
+from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
+from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, grant_key, resolve_prefix
 from cleanup.race import Holding, holding
 from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
@@ -75,11 +75,11 @@ def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> 
 
 
 def _grant_step(session: Session, grant_id: str, runtime: Runtime) -> Step:
-    key_id = session.kms_key_id or runtime.settings.kms_key_id
     detail = {"grantId": grant_id}
-    if not key_id:
-        refusal = MissingConfigError("session has a grantId but no key: set KMS_KEY_ID or the item's kmsKeyId")
-        return Step(grant.ACTION, grant_id, detail, refusal=refusal)
+    try:
+        key_id = grant_key(session.kms_key_id, runtime.settings)
+    except PermanentError as exc:
+        return Step(grant.ACTION, grant_id, detail, refusal=exc)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         return grant.retire_grant(runtime.clients.kms, key_id, grant_id, deadline), {}

@@ -19,6 +19,8 @@ LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO",
 METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
 # Characters S3 keys and IAM resource ARNs take as they are: no IAM wildcard ('*', '?'), no space, no '%'.
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9/!_.'()-]+")
+# A KMS key's ARN: the one spelling of a key that can be compared as a string (RetireGrant takes no alias either).
+KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+")
 
 
 class CleanupMode(StrEnum):
@@ -90,6 +92,9 @@ class Settings(BaseSettings):
     API Gateway's own ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`` (e.g. a custom domain)."""
     kms_key_id: str | None = None
     """KMS_KEY_ID: the grants' key, used when the item has no kmsKeyId."""
+    allowed_kms_key_ids: str = ""
+    """ALLOWED_KMS_KEY_IDS: comma-separated key ARNs an item's kmsKeyId may name besides KMS_KEY_ID; a grant on any
+    other key is kept (RetireGrant is authorised by the grant, so IAM cannot limit the keys: this list does)."""
     session_table: str | None = None
     """SESSION_TABLE: table for the reconnect race check when the record does not name its table."""
     session_key_prefix: str | None = None
@@ -203,6 +208,18 @@ class Settings(BaseSettings):
             if overlap:
                 raise ValueError(f"{overlap}: {DEAD_LETTER_OVERLAP_FIX}")
         return prefix
+
+    @field_validator("allowed_kms_key_ids")
+    @classmethod
+    def _allowed_keys_are_key_arns(cls, keys: str) -> str:
+        # An alias or a bare key id could never equal the ARN an item names: a typo would refuse every such grant.
+        bad = [key.strip() for key in keys.split(",") if key.strip() and not KMS_KEY_ARN.fullmatch(key.strip())]
+        if bad:
+            raise ValueError(
+                "ALLOWED_KMS_KEY_IDS must list key ARNs (arn:aws:kms:<region>:<account>:key/<key-id>), not "
+                + ", ".join(repr(key) for key in bad)
+            )
+        return keys
 
     @field_validator("metrics_destination")
     @classmethod

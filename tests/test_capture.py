@@ -11,6 +11,7 @@ from cleanup.streams.reader import raw_get_records
 from tests.stack import SessionStack
 from worker import cli
 from worker.capture import Capture
+from worker.local.backend import create_session_table
 
 
 def stream_records(stack: SessionStack) -> list[dict]:
@@ -20,6 +21,11 @@ def stream_records(stack: SessionStack) -> list[dict]:
         StreamArn=stack.stream_arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
     )["ShardIterator"]
     return raw_get_records(stack.streams, iterator)["Records"]
+
+
+def as_captured(stack: SessionStack) -> list[dict]:
+    """The stream's records as the capture writes them: unchanged, and naming their stream as Lambda's do."""
+    return [{**record, "eventSourceARN": stack.stream_arn} for record in stream_records(stack)]
 
 
 def lines(path) -> list[dict]:
@@ -36,7 +42,7 @@ def test_capture_by_table_name_writes_every_record_losslessly(worker_env, capsys
     code = cli.main(["capture", "--table-name", stack.table, "--out", str(out)])
 
     assert code == 0
-    assert lines(out) == stream_records(stack)
+    assert lines(out) == as_captured(stack)
     assert lines(out)[1]["dynamodb"]["NewImage"]["payload"] == {"B": "AP9iaW5hcnk="}  # wire base64, not bytes
     assert isinstance(lines(out)[0]["dynamodb"]["ApproximateCreationDateTime"], float)  # epoch seconds
     assert f"captured 3 records from 1 shard of {stack.stream_arn} into {out}" in capsys.readouterr().out
@@ -98,4 +104,23 @@ def test_following_keeps_writing_new_records_until_stopped(worker_env):
 
     assert not follower.is_alive()
     assert [r["eventName"] for r in written] == ["INSERT", "REMOVE"]
-    assert written == stream_records(stack)
+    assert written == as_captured(stack)
+
+
+def test_a_replayed_capture_reads_the_live_items_of_the_captured_table(worker_env, monkeypatch, tmp_path):
+    stack = worker_env
+    item = stack.put_session("re")
+    stack.delete("re")
+    stack.put_item(item)  # reconnected: the live item holds the same grant and prefix again
+    other = f"{stack.table}-other"
+    create_session_table(stack.ddb, other, view_type=None, ttl=False)
+    monkeypatch.setenv("SESSION_TABLE", other)  # the race check's fallback, a table without that item
+    out = tmp_path / "capture.jsonl"
+    assert cli.main(["capture", "--table-name", stack.table, "--out", str(out)]) == 0
+
+    code = cli.main(["replay", str(out)])
+
+    assert code == 0
+    assert item["grantId"] in stack.grant_ids()  # the race check read the captured table, where the session lives
+    assert len(stack.objects(item["scratchPrefix"])) == 3
+    assert {line.get("eventSourceARN") for line in lines(out)} == {stack.stream_arn}

@@ -1,7 +1,8 @@
 """``cleanup-worker capture``: write a DynamoDB stream's records to a file, one JSON object per line, losslessly.
 
-Each line is a record exactly as GetRecords sent it (base64 binary, epoch-seconds times), which ``replay`` reads
-back. Parent shards are read before their children, so an item's records stay in stream order in the file. Without
+Each line is a record exactly as GetRecords sent it (base64 binary, epoch-seconds times), with the stream's
+``eventSourceARN`` added as Lambda and the poller add it, so that ``replay`` knows the table the records are from.
+Parent shards are read before their children, so an item's records stay in stream order in the file. Without
 ``--follow`` the capture ends once every shard is drained; with it, it keeps polling (and discovering new shards)
 until SIGINT or SIGTERM.
 """
@@ -125,7 +126,8 @@ class Capture:
         return parent not in self.readers or self.readers[parent].ended
 
     def _read(self, reader: ShardReader) -> int:
-        records = reader.read().records
+        # GetRecords records do not name their stream: without it a replay would take them for SESSION_TABLE's.
+        records = [{**raw, "eventSourceARN": self.stream_arn} for raw in reader.read().records]
         if reader.gap_after is not None:
             log.error(
                 "records trimmed before they were read", extra={"shardId": reader.shard_id, "after": reader.gap_after}

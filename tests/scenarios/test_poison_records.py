@@ -35,7 +35,7 @@ def test_poison_records_are_dead_lettered_with_their_error_and_the_good_ones_cle
     stack = world.stack
     sqs = client("sqs")
     queue_url = sqs.create_queue(QueueName=f"dlq-{stack.bucket}")["QueueUrl"]
-    key = {"kmsKeyId": stack.key_arn}  # the runtime has no KMS_KEY_ID: each good item names its key
+    key = {"kmsKeyId": stack.key_arn}  # the runtime has no KMS_KEY_ID: each good item names its (allowed) key
     live = world.make_sessions(new_ids(5, "live"), sockets=1, **key)
     ended = world.make_sessions(new_ids(30, "end"), sockets=5, **key)
     kept = world.plant_sentinels()
@@ -64,7 +64,8 @@ def test_poison_records_are_dead_lettered_with_their_error_and_the_good_ones_cle
         crafted(template, f"{base}5", "session#p5", image(poisoned_prefixes[4]), Keys="not an object"),
     ]
     event = {"Records": [*records[:10], *poison[:3], *records[10:], *poison[3:]]}
-    invoke = world.invoker(world.runtime(kms_key_id=None, dead_letter_queue_url=queue_url))
+    runtime = world.runtime(kms_key_id=None, allowed_kms_key_ids=stack.key_arn, dead_letter_queue_url=queue_url)
+    invoke = world.invoker(runtime)
 
     assert invoke(event) == {"batchItemFailures": []}
 
