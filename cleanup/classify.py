@@ -72,11 +72,11 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
         return Decision(key, skip_reason=f"not a session: sort key is not {sort_key!r}")
     if not any(name in record.old_image for name in names.resources):
         return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
-    _check_keys(record, record.old_image)
     try:
         session = Session.from_image(decode_image(record.old_image, "OldImage"), names)
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(str(exc)) from exc
+    _check_keys(record, record.old_image)
     reason, lag = _reason(record, session)
     return Decision(key, session=session, reason=reason, ttl_lag_seconds=lag)
 
