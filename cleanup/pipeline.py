@@ -22,7 +22,7 @@ from cleanup.classify import Decision, classify, item_key
 from cleanup.coalesce import DELETE, READ, Batchmates
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
-from cleanup.plan import execute, plan
+from cleanup.plan import Step, execute, plan
 from cleanup.retry import SAFETY_MARGIN_SECONDS, Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
@@ -137,15 +137,16 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     reread = (lambda d: _live(record, runtime, d, calls, DELETE)) if race_check else None
     steps = plan(decision.session, runtime, calls, reread)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
-    deletes = not dry_run and any(step.action == scratch.ACTION and step.run for step in steps)
-    # The next coalesced stage: the read again before the first page's deletion (or, with no race check, the deletion).
-    then = (READ if race_check else DELETE) if deletes else None
+    then = DELETE if not dry_run and any(step.action == scratch.ACTION and step.run for step in steps) else None
     if steps and race_check:
         live = _live(record, runtime, deadline, calls, then)
     else:
         live = None
         calls.mates.head(then)
-    results = tuple(execute(step, runtime, deadline, live=live, dry_run=dry_run) for step in steps)
+    # The scratch data goes first, right after the race check read, while that read is fresh (later pages are read
+    # for again); the socket, grant and memberships, whose ids are never reused, after it. Reported in plan order.
+    done = {id(step): execute(step, runtime, deadline, live=live, dry_run=dry_run) for step in _scratch_first(steps)}
+    results = tuple(done[id(step)] for step in steps)
     failures = [result for result in results if not result.ok]
     if not failures:
         return _outcome(record, decision, Status.CLEANED, results)
@@ -157,6 +158,10 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
         error="; ".join(f"{result.action}: {result.error}" for result in failures),
         permanent=any(result.permanent for result in failures),
     )
+
+
+def _scratch_first(steps: list[Step]) -> list[Step]:
+    return sorted(steps, key=lambda step: step.action != scratch.ACTION)
 
 
 def _live(

@@ -17,9 +17,10 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-The reconnect race is checked again right before each page is deleted (``before_delete``: the live item read
-afresh), not only once before the session's first action: a session re-created under the same key while a slow
-grant or a long prefix was being worked on stops the deletion there (``NowHeldError``), and its data is kept.
+The reconnect race is checked again right before each page after the first is deleted (``before_delete``: the live
+item read afresh; the first page follows the session's own race check at once, its scratch data being freed before
+its other resources): a session re-created under the same key while a long prefix was being deleted stops the
+deletion there (``NowHeldError``), and its data is kept.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def delete_prefix(
     """Delete everything under ``where``; returns how many objects (or versions and markers) were deleted.
 
     Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each.
-    ``before_delete`` runs after each page is listed and before it is deleted; it raises ``NowHeldError`` when the
-    prefix may no longer be freed.
+    ``before_delete`` runs after each page but the first is listed, before it is deleted; it raises ``NowHeldError``
+    when the prefix may no longer be freed.
 
     Raises:
         NowHeldError: ``before_delete`` found the prefix held again (``deleted``: how much went before).
@@ -89,7 +90,7 @@ def delete_prefix(
     deleted = 0
     try:
         for page in _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline):
-            if before_delete is not None:
+            if before_delete is not None and deleted:
                 before_delete(deadline)
             deleted += _delete(s3, page, deadline, together)
             if deadline.remaining() <= 0:
