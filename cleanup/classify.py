@@ -64,12 +64,9 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
     if record.old_image is None:
         raise BadRecordError(NO_OLD_IMAGE.format(view=record.stream_view_type or "unknown"))
     names = settings.attributes
-    prefix = settings.session_key_prefix
-    if prefix and not _partition_key(record, names.pk).startswith(prefix):
-        return Decision(key, skip_reason=f"not a session: partition key outside {prefix!r}")
-    sort_key = settings.session_sort_key
-    if sort_key is not None and _sort_key(record, names.sk) != sort_key:
-        return Decision(key, skip_reason=f"not a session: sort key is not {sort_key!r}")
+    not_by_key = not_a_session_key({names.pk: _partition_key_value(record, names.pk), **record.keys}, settings)
+    if not_by_key is not None:
+        return Decision(key, skip_reason=not_by_key)
     if not any(name in record.old_image for name in names.resources):
         return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
     try:
@@ -118,16 +115,24 @@ def _other_table(record: StreamRecord, settings: Settings) -> str | None:
     return None
 
 
-def _partition_key(record: StreamRecord, name: str) -> str:
-    value = record.keys.get(name) or (record.old_image or {}).get(name)
-    if isinstance(value, dict) and isinstance(value.get("S"), str):
-        return str(value["S"])
-    return ""
+def not_a_session_key(keys: dict[str, Any], settings: Settings) -> str | None:
+    """Why an item of these keys (AttributeValue form) is not a session by SESSION_KEY_PREFIX and SESSION_SORT_KEY;
+    None when it may be one. The stream's records and the sweeper's index entries are judged alike."""
+    names = settings.attributes
+    prefix = settings.session_key_prefix
+    partition = keys.get(names.pk)
+    partition_text = partition["S"] if isinstance(partition, dict) and isinstance(partition.get("S"), str) else ""
+    if prefix and not partition_text.startswith(prefix):
+        return f"not a session: partition key outside {prefix!r}"
+    sort_key = settings.session_sort_key
+    sort_value = keys.get(names.sk)
+    if sort_key is not None and (_key_text(sort_value) if sort_value is not None else None) != sort_key:
+        return f"not a session: sort key is not {sort_key!r}"
+    return None
 
 
-def _sort_key(record: StreamRecord, name: str) -> str | None:
-    value = record.keys.get(name)
-    return _key_text(value) if value is not None else None
+def _partition_key_value(record: StreamRecord, name: str) -> Any:
+    return record.keys.get(name) or (record.old_image or {}).get(name)
 
 
 def _reason(record: StreamRecord, session: Session) -> tuple[Reason, float | None]:

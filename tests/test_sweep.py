@@ -217,3 +217,21 @@ def test_the_scheduled_handler_sweeps_and_returns_its_counts(indexed: SessionSta
 
     assert result["swept"] == 1 and result["failedBuckets"] == 0
     assert get(indexed, "old") is None
+
+
+def test_items_that_are_not_sessions_by_their_key_are_never_swept(indexed: SessionStack) -> None:
+    # A single table: an invitation, and another row of a session's partition, both carry a ttl past due and an
+    # expiry bucket. Only the session row may go; the others are left to DynamoDB TTL, as the worker skips them.
+    session(indexed, "old", expires_in=-30)
+    item = indexed.ddb.get_item(TableName=indexed.table, Key=indexed.key("old"), ConsistentRead=True)["Item"]
+    others = [{**item, "pk": {"S": "invite#x1"}}, {**item, "sk": {"S": "presence"}}]
+    for other in others:
+        indexed.ddb.put_item(TableName=indexed.table, Item=other)
+    rt = runtime(indexed, session_key_prefix="session#", session_sort_key=item["sk"]["S"])
+
+    report = sweep(rt)
+
+    assert get(indexed, "old") is None and report.verdicts[Verdict.SWEPT] == 1
+    for other in others:
+        key = {name: other[name] for name in ("pk", "sk")}
+        assert indexed.ddb.get_item(TableName=indexed.table, Key=key, ConsistentRead=True).get("Item") == other

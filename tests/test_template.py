@@ -415,3 +415,14 @@ def test_stored_dead_letters_expire_only_after_every_message_that_can_name_them(
     assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] > longest
     assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 1
     assert all(r.get("Prefix") in ({"Ref": "ScratchRoot"}, {"Ref": "DeadLetterPrefix"}) for r in rules)
+
+
+@pytest.mark.parametrize("prefixed", [True, False])
+def test_the_sweeper_may_delete_only_items_under_the_session_key_prefix(prefixed: bool) -> None:
+    [delete] = [s for s in statements("SweeperRole", HasKeyPrefix=prefixed) if s["Sid"] == "DeleteExpired"]
+
+    if prefixed:
+        leading = delete["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+        assert leading == [{"Fn::Sub": "${SessionKeyPrefix}*"}]
+    else:
+        assert "Condition" not in delete or delete["Condition"] == NO_VALUE

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from cleanup.calls import call
+from cleanup.classify import not_a_session_key
 from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError
 from cleanup.expiry.write_path import expiry_buckets
 from cleanup.retry import Deadline, call_with_retry
@@ -145,7 +146,7 @@ def _expired_in(
     found: list[Expired] = []
     while True:
         page = call_with_retry(lambda: _query(runtime, request, deadline), runtime.settings, deadline)
-        found += [_expired(item, runtime.settings) for item in page.get("Items", [])]
+        found += [_expired(item, runtime.settings) for item in page.get("Items", []) if _is_session(item, runtime)]
         if "LastEvaluatedKey" not in page:
             return found
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -153,6 +154,15 @@ def _expired_in(
 
 def _query(runtime: Runtime, request: QueryInputTypeDef, deadline: Deadline) -> QueryOutputTypeDef:
     return call(runtime.clients.dynamodb.query, "Query", deadline, **request)
+
+
+def _is_session(item: dict[str, Any], runtime: Runtime) -> bool:
+    """Only sessions are swept: an item of the index outside SESSION_KEY_PREFIX / SESSION_SORT_KEY (an invitation, a
+    connection's other rows) that carries a ttl is left to DynamoDB TTL, as the worker would skip its REMOVE."""
+    why = not_a_session_key(item, runtime.settings)
+    if why is not None:
+        log.debug("sweep: index entry is not a session", extra={"key": _key_text(_expired(item, runtime.settings))})
+    return why is None
 
 
 def _expired(item: dict[str, Any], settings: Settings) -> Expired:
@@ -178,7 +188,6 @@ def _remove(runtime: Runtime, table: str, expired: Expired, now: int, deadline: 
 
 
 def _delete(runtime: Runtime, table: str, expired: Expired, now: int, deadline: Deadline) -> Verdict:
-    names = runtime.settings.attributes
     try:
         call(
             runtime.clients.dynamodb.delete_item,
@@ -186,15 +195,35 @@ def _delete(runtime: Runtime, table: str, expired: Expired, now: int, deadline: 
             deadline,
             TableName=table,
             Key=expired.key,
-            ConditionExpression="#ttl = :read AND #ttl < :now",
-            ExpressionAttributeNames={"#ttl": names.ttl},
-            ExpressionAttributeValues={":read": expired.ttl, ":now": {"N": str(now)}},
+            **_condition(runtime.settings, expired, now),
             # Tells a refreshed session (item returned) from one already deleted (none), at no extra call.
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
     except ConditionFailedError as exc:
         return Verdict.KEPT if exc.item else Verdict.GONE
     return Verdict.SWEPT
+
+
+def _condition(settings: Settings, expired: Expired, now: int) -> dict[str, Any]:
+    """The delete's condition: the ttl as read and past, and (when configured) a session's key, checked again by
+    DynamoDB itself."""
+    names = settings.attributes
+    conditions = ["#ttl = :read", "#ttl < :now"]
+    attribute_names = {"#ttl": names.ttl}
+    values: dict[str, Any] = {":read": expired.ttl, ":now": {"N": str(now)}}
+    if settings.session_key_prefix:
+        conditions.append("begins_with(#pk, :prefix)")
+        attribute_names["#pk"] = names.pk
+        values[":prefix"] = {"S": settings.session_key_prefix}
+    if settings.session_sort_key is not None:
+        conditions.append("#sk = :sort")
+        attribute_names["#sk"] = names.sk
+        values[":sort"] = {"S": settings.session_sort_key}
+    return {
+        "ConditionExpression": " AND ".join(conditions),
+        "ExpressionAttributeNames": attribute_names,
+        "ExpressionAttributeValues": values,
+    }
 
 
 def _emit(runtime: Runtime, report: SweepReport) -> None:
