@@ -20,6 +20,7 @@ from cleanup.streams.poller import StreamPoller
 from tests.faults import Faults
 from tests.proxy import FaultPlan, FaultProxy
 from tests.waiting import wait_for
+from worker import poller as poller_command
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSAFE = {"scratchPrefix": "sessions/../other-tenant/"}
@@ -639,3 +640,18 @@ def test_a_dry_run_reads_beside_the_consumer_holding_the_lease_and_leaves_it_alo
     assert stack.ddb.get_item(TableName=table, Key=lease_key, ConsistentRead=True)["Item"] == lease_before
     assert holder.renew() and checkpoint(stack) == saved
     assert all(len(stack.objects(item["scratchPrefix"])) == 3 for item in items[1:])
+
+
+def test_records_lost_to_the_streams_retention_end_the_command_with_exit_1(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(3):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    make_poller(stack, streams=TrimmedStreams(records[:2], trimmed=0)).run(until_idle=True)
+
+    summary = make_poller(stack, streams=TrimmedStreams(records, trimmed=4)).run(until_idle=True)
+
+    assert summary.lost and not summary.blocked
+    assert poller_command.exit_code(summary) == 1
+    assert poller_command.exit_code(make_poller(stack).summary) == 0  # nothing blocked, nothing lost
+    assert_cleaned(stack, items[2])

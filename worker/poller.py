@@ -12,6 +12,7 @@ from cleanup.exceptions import CheckpointTableError, CleanupError
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
 from cleanup.streams.reader import latest_stream_arn
+from cleanup.streams.shard_state import PollSummary
 from cleanup.telemetry import log
 from worker.exit_codes import ExitCode
 from worker.signals import shutdown_on_signals
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--until-idle",
         action="store_true",
-        help="stop once every shard is drained (for batch runs); exit 1 if a record is left failing",
+        help="stop once every shard is drained (for batch runs); exit 1 if a record is left failing or was lost",
     )
     parser.add_argument("--consumer-id", help="this consumer's name in the lease (default: host, pid and a nonce)")
 
@@ -48,4 +49,10 @@ def main(args: argparse.Namespace) -> int:
     finally:
         runtime.close()
     log.info("poller stopped", extra={"summary": summary.as_dict()})
-    return ExitCode.FAILED if summary.blocked else ExitCode.OK
+    return exit_code(summary)
+
+
+def exit_code(summary: PollSummary) -> ExitCode:
+    """1 when something is left undone: a record still failing, or records the stream lost before they were read
+    (trimmed: already reported by sequence number, and to be redriven or cleaned by hand)."""
+    return ExitCode.FAILED if summary.blocked or summary.lost else ExitCode.OK
