@@ -655,3 +655,52 @@ def test_records_lost_to_the_streams_retention_end_the_command_with_exit_1(stack
     assert poller_command.exit_code(summary) == 1
     assert poller_command.exit_code(make_poller(stack).summary) == 0  # nothing blocked, nothing lost
     assert_cleaned(stack, items[2])
+
+
+class ParentLeavesTheStream(LineageStreams):
+    """The parent shard is listed once, then leaves the stream (trimmed) while its first page is still in hand: a
+    second read of it finds it gone."""
+
+    def __init__(self, parent: list[dict[str, Any]], child: list[dict[str, Any]]) -> None:
+        super().__init__(parent, child)
+        self.listings = 0
+
+    def describe_stream(self, StreamArn: str, **_: Any) -> dict[str, Any]:
+        self.listings += 1
+        if self.listings == 1:
+            return super().describe_stream(StreamArn)
+        return {"StreamDescription": {"Shards": [{"ShardId": self.CHILD, "ParentShardId": self.PARENT}]}}
+
+    def get_records(self, ShardIterator: str, Limit: int = 1000) -> dict[str, Any]:
+        if not ShardIterator.startswith(self.PARENT):
+            return super().get_records(ShardIterator, Limit)
+        self.reads.append(self.PARENT)
+        if self.reads.count(self.PARENT) > 1:
+            raise ClientError({"Error": {"Code": "ResourceNotFoundException"}}, "GetRecords")
+        body = {"Records": self.records[self.PARENT], "NextShardIterator": f"{self.PARENT}|end"}  # more to come
+        self._handlers["after-call.dynamodbstreams.GetRecords"](
+            http_response=SimpleNamespace(content=json.dumps(body).encode())
+        )
+        return body
+
+
+def test_a_shard_that_leaves_the_stream_while_its_records_are_retried_is_finished_then_its_children_read(stack):
+    items = [stack.put_session(f"s{n}") for n in range(3)]
+    for n in range(3):
+        stack.delete(f"s{n}")
+    records = stack.new_records()
+    parent, child = records[:4], records[4:]  # the parent: 3 INSERTs and s0's REMOVE; the child: the rest
+    streams = ParentLeavesTheStream(parent, child)
+    poller = make_poller(stack, streams=streams, batch_size=4, botocore_max_attempts=1, shard_discovery_seconds=1)
+    Faults(poller.runtime.clients.kms, "RetireGrant", "KMSInternalException", status=500, times=3)  # s0 retried
+
+    summary = poller.run(until_idle=True)
+
+    last_of_parent = parent[-1]["dynamodb"]["SequenceNumber"]
+    assert summary.lost == [{"shardId": LineageStreams.PARENT, "after": last_of_parent, "before": None}]
+    assert streams.reads.index(LineageStreams.CHILD) > max(
+        n for n, shard in enumerate(streams.reads) if shard == LineageStreams.PARENT
+    )
+    assert summary.blocked == [] and summary.records == len(records)
+    assert_cleaned(stack, *items)
+    assert checkpoint(stack, LineageStreams.PARENT) is None

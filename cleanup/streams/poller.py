@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cleanup.exceptions import LeaseLostError, StopRequested, TransientError
+from cleanup.exceptions import LeaseLostError, StopRequested, StreamNotFoundError, TransientError
 from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists
@@ -209,8 +209,8 @@ class StreamPoller:
 
     def _forget_vanished(self, listed: set[str]) -> None:
         for shard_id, saved in list(self._checkpoints.saved.items()):
-            if shard_id in listed:
-                continue
+            if shard_id in listed or shard_id in self._cursors:
+                continue  # a shard still being read is done with when its reading ends (``_left_the_stream``)
             if not saved.finished:
                 self._report_lost(shard_id, saved.sequence_number, None)
             if not self._checkpoints.forget(shard_id):
@@ -225,10 +225,22 @@ class StreamPoller:
                 self._finish(cursor)
             else:
                 self._read(cursor)
+        except StreamNotFoundError:
+            self._left_the_stream(cursor)
         except TransientError as exc:
             cursor.failures += 1
             cursor.not_before = self._clock() + self._backoff.seconds(cursor.failures)
             log.warning("shard read failed; backing off", extra={"shardId": cursor.shard_id, "error": str(exc)})
+
+    def _left_the_stream(self, cursor: Cursor) -> None:
+        """The shard is gone (trimmed after it closed) while it was being read: whatever it still held past the last
+        clean record is lost, reported; its checkpoint is forgotten and its children may start."""
+        self._report_lost(cursor.shard_id, cursor.checkpoint, None)
+        del self._cursors[cursor.shard_id]
+        self._finished.add(cursor.shard_id)
+        self._rediscover = True
+        if cursor.shard_id in self._checkpoints.saved:
+            self._checkpoints.forget(cursor.shard_id)
 
     def _read(self, cursor: Cursor) -> None:
         reader = cursor.reader

@@ -111,14 +111,19 @@ def list_shards(streams: DynamoDBStreamsClient, stream_arn: str) -> list[Shard]:
 
 
 def startable(shards: Iterable[Shard], finished: Collection[str], started: Collection[str]) -> list[Shard]:
-    """The shards to start now: not finished, not started, and whose parent is finished or no longer listed."""
+    """The shards to start now: not finished, not started, and whose parent is finished, or no longer listed and
+    not being read either (a parent that left the stream while its records were in hand is done with first)."""
     listed = {shard.shard_id for shard in shards}
     return [
         shard
         for shard in shards
         if shard.shard_id not in finished
         and shard.shard_id not in started
-        and (shard.parent_id is None or shard.parent_id in finished or shard.parent_id not in listed)
+        and (
+            shard.parent_id is None
+            or shard.parent_id in finished
+            or (shard.parent_id not in listed and shard.parent_id not in started)
+        )
     ]
 
 
@@ -155,11 +160,13 @@ def read_page(streams: DynamoDBStreamsClient, iterator: str, limit: int | None =
     Raises:
         IteratorExpiredError: the iterator is older than 15 minutes.
         TrimmedDataError: the iterator points before the stream's retention.
+        StreamNotFoundError: the stream, or the shard, is no longer there.
         TransientError: throttling (LimitExceededException) or a server error.
         PermanentError: anything else.
     """
     response = _stream_call(raw_get_records, "GetRecords", streams=streams, shard_iterator=iterator, limit=limit)
-    assert response is not None  # GetRecords names no resource that could be gone
+    if response is None:
+        raise StreamNotFoundError("GetRecords: the stream or its shard no longer exists")
     return Page(list(response.get("Records", [])), response.get("NextShardIterator"))
 
 
