@@ -94,21 +94,11 @@ def _scratch_step(
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
-    bucket = runtime.settings.scratch_bucket or ""
-
-    def still_free(deadline: Deadline) -> None:
-        assert reread is not None
-        live = reread(deadline)
-        held = holding(scratch.ACTION, scratch_prefix, live, old=where, bucket=bucket)
-        if held is Holding.HELD:
-            raise NowHeldError(f"a session re-created under the same key now holds {where.prefix!r}: the rest is kept")
-        if held is Holding.UNKNOWN and live is not None:
-            raise _incomparable_prefix(scratch_prefix, live.scratch_prefix)
+    check = _still_free(reread, scratch_prefix, where, runtime.settings.scratch_bucket or "") if reread else None
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         versioned = runtime.is_versioned(where.bucket, deadline)
         together = calls.deleter(where.bucket) if calls is not None else None
-        check = still_free if reread is not None else None
         try:
             deleted = scratch.delete_prefix(
                 runtime.clients.s3,
@@ -129,6 +119,21 @@ def _scratch_step(
 
     detail = {"bucket": where.bucket, "prefix": where.prefix}
     return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
+
+
+def _still_free(reread: LiveReading, prefix: str, where: ScratchLocation, bucket: str) -> Callable[[Deadline], None]:
+    """Before a page is deleted: raises NowHeldError once a re-created session holds the prefix (or a failure when its
+    prefix cannot be compared), as ``execute`` judges the first read."""
+
+    def check(deadline: Deadline) -> None:
+        live = reread(deadline)
+        held = holding(scratch.ACTION, prefix, live, old=where, bucket=bucket)
+        if held is Holding.HELD:
+            raise NowHeldError(f"a session re-created under the same key now holds {where.prefix!r}: the rest is kept")
+        if held is Holding.UNKNOWN and live is not None:
+            raise _incomparable_prefix(prefix, live.scratch_prefix)
+
+    return check
 
 
 def _registry_step(connection_id: str, table: str, runtime: Runtime) -> Step:
