@@ -36,15 +36,15 @@ PARTS = (
     ("  serialising and validating the request", r"botocore/client\.py:\d+\(_convert_to_request_dict\)"),
     ("  parsing the answer", r"botocore/parsers\.py:\d+\(parse\)"),
     ("  endpoint rules", r"botocore/client\.py:\d+\(_resolve_endpoint_ruleset\)"),
-    ("the worker's pacing hooks", r"cleanup/pacing\.py:\d+\((_before_send|_after_attempt)\)"),
-    ("the coalescers' own work (locks, waits, wake-ups)", r"cleanup/coalesce\.py:\d+\(submit\)"),
+    ("the worker's pacing hooks", r"cleanup/aws/pacing\.py:\d+\((_before_send|_after_attempt)\)"),
+    ("the coalescers' own work (locks, waits, wake-ups)", r"cleanup/aws/coalesce\.py:\d+\(submit\)"),
     ("reading the event into records (pydantic)", r"schemas/records\.py:\d+\(read_lambda_event\)"),
     ("classifying and planning records", r"cleanup/(classify\.py:\d+\(classify|plan\.py:\d+\(plan)\)"),
     ("reporting: outcomes logged and counted", r"cleanup/telemetry\.py:\d+\((log_outcomes|record_outcomes)\)"),
 )
 
 
-SENT_BY_COALESCERS = r"cleanup/coalesce\.py:\d+\(_dispatch\)"
+SENT_BY_COALESCERS = r"cleanup/aws/coalesce\.py:\d+\(_dispatch\)"
 
 
 @dataclass

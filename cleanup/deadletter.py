@@ -21,9 +21,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
+from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError
-from cleanup.retry import Deadline, call_with_retry
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import StreamRecord, UnreadableRecord

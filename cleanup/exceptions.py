@@ -1,7 +1,7 @@
 """The worker's errors, all in one tree.
 
-botocore's errors are translated into these where the worker makes a call (``cleanup.calls.call``, through
-``cleanup.aws_errors.translate``); the few callers that must read an error code themselves (a checkpoint that lost
+botocore's errors are translated into these where the worker makes a call (``cleanup.aws.calls.call``, through
+``cleanup.aws.aws_errors.translate``); the few callers that must read an error code themselves (a checkpoint that lost
 its lease, a sweep's conditional delete) translate the rest the same way.
 
 ::

@@ -7,7 +7,7 @@ stream order: they run one after another on one worker, and once one of them fai
 and are reported failed too, so a retry replays them in order.
 
 The race check's reads and the scratch deletions of the records being cleaned at the same moment go in shared
-requests (``cleanup.batch_calls``: BatchGetItem, and DeleteObjects of several sessions' keys), each record answered
+requests (``cleanup.aws.batch_calls``: BatchGetItem, and DeleteObjects of several sessions' keys), each record answered
 for its own part.
 """
 
@@ -17,13 +17,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from cleanup.actions import scratch
-from cleanup.batch_calls import BatchCalls
+from cleanup.aws.batch_calls import BatchCalls
+from cleanup.aws.coalesce import DELETE, READ, Batchmates
+from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline, call_with_retry
 from cleanup.classify import Decision, classify, item_key
-from cleanup.coalesce import DELETE, READ, Batchmates
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.plan import Step, execute, plan
-from cleanup.retry import SAFETY_MARGIN_SECONDS, Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
 from schemas.outcomes import ActionResult, Outcome, Status

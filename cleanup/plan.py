@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
+from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
 from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, grant_key, resolve_prefix
 from cleanup.race import Holding, holding
-from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
 
 if TYPE_CHECKING:
-    from cleanup.batch_calls import BatchCalls
+    from cleanup.aws.batch_calls import BatchCalls
 
 Run = Callable[[Deadline], tuple[ActionStatus, dict[str, Any]]]
 

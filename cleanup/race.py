@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from cleanup.actions import connection, grant, registry, scratch
-from cleanup.calls import call
-from cleanup.coalesce import Part
+from cleanup.aws.calls import call
+from cleanup.aws.coalesce import Part
+from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
 from cleanup.guard import ScratchLocation
-from cleanup.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
-from cleanup.retry import Deadline
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.session import Session, SessionItemError
 from schemas.settings import AttributeNames

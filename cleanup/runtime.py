@@ -11,10 +11,10 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from cleanup.calls import call
-from cleanup.clients import Clients
+from cleanup.aws.calls import call
+from cleanup.aws.clients import Clients
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import ConfigurationError
-from cleanup.retry import Deadline
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.settings import Settings, Versioning, configuration_problems
 

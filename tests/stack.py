@@ -13,7 +13,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.runtime import Runtime
 from cleanup.streams.reader import raw_get_records
 from cleanup.telemetry import Metrics, MetricsSink

@@ -15,11 +15,11 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from cleanup.actions import scratch
-from cleanup.coalesce import READ, SEND_BY_SECONDS, Batchmates, Coalescer, Part
+from cleanup.aws.coalesce import READ, SEND_BY_SECONDS, Batchmates, Coalescer, Part
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import PermanentError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
 from cleanup.pipeline import run_batch
-from cleanup.retry import Deadline
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import RawBody

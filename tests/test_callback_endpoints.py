@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from cleanup.clients import MANAGEMENT_CLIENTS, Clients
+from cleanup.aws.clients import MANAGEMENT_CLIENTS, Clients
 from cleanup.exceptions import RefusedEndpointError
 from cleanup.guard import callback_endpoint, execute_api_region
 from cleanup.pipeline import run_batch

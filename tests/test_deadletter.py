@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from cleanup.aws.retry import Deadline
 from cleanup.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
 from cleanup.pipeline import run_batch
-from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from schemas.records import read_lambda_event
 from tests.faults import Faults

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cleanup.aws.clients import Clients
 from cleanup.classify import classify
-from cleanup.clients import Clients
 from cleanup.exceptions import BadRecordError
 from cleanup.pipeline import process_batch
 from cleanup.runtime import Runtime

@@ -30,8 +30,8 @@ def test_mypy_strict_passes_on_the_packages() -> None:
 
 
 MISSPELT = """
-from cleanup.calls import call, call_or_gone
-from cleanup.clients import Clients
+from cleanup.aws.calls import call, call_or_gone
+from cleanup.aws.clients import Clients
 
 
 def close(clients: Clients) -> None:

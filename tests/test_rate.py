@@ -1,4 +1,4 @@
-"""The rate learnt from throttling (``cleanup.rate``): a quota is kept to, scattered throttling is not mistaken for
+"""The rate learnt from throttling (``cleanup.aws.rate``): a quota is kept to, scattered throttling is not mistaken for
 one, and no turn is given past a deadline."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from cleanup.rate import Rate
+from cleanup.aws.rate import Rate
 
 
 def answer(rate: Rate, accepted: int, throttled: int, outstanding: int = 0) -> float | None:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from cleanup.actions import registry
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import OutOfTimeError
 from cleanup.pipeline import run_batch
-from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Status

@@ -11,7 +11,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import SourceFileError
 from cleanup.operations.sources import FileRecord, read_file

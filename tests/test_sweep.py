@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.expiry.sweeper import Verdict, sweep
 from cleanup.expiry.write_path import create_session, expiry_bucket, touch_session
 from cleanup.runtime import Runtime

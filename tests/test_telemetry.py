@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError, StreamNotFoundError
 from cleanup.streams.reader import Shard, ShardReader, latest_stream_arn, list_shards
 from cleanup.telemetry import log

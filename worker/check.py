@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import ClassVar
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.operations.preflight import CheckResult, Target, run_checks
 from schemas.settings import Settings
 from worker.exit_codes import ExitCode

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cleanup.aws.retry import Deadline
 from cleanup.pipeline import run_batch
-from cleanup.retry import Deadline
 from cleanup.runtime import WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import read_lambda_event

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime

@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
-from cleanup.retry import Deadline
 from cleanup.runtime import Runtime, WarmRuntime
 from worker.exit_codes import ExitCode
 

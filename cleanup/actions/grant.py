@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cleanup.calls import call_or_gone
-from cleanup.retry import Deadline
+from cleanup.aws.calls import call_or_gone
+from cleanup.aws.retry import Deadline
 from schemas.outcomes import ActionStatus
 
 if TYPE_CHECKING:

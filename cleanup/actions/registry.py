@@ -16,7 +16,7 @@ What is deleted, and how:
 * Only the item's own key is sent: the table's key attributes (DescribeTable, once per process), nothing else.
 * A membership written after the Query (the index lags behind the table) is not seen: it is left to its TTL.
 
-The deadline is checked between pages and between calls (and ``cleanup.pacing`` bounds each call by it): out of
+The deadline is checked between pages and between calls (and ``cleanup.aws.pacing`` bounds each call by it): out of
 time, what was deleted stays deleted and the record is reported transient, so the rest goes on its next delivery.
 """
 
@@ -28,9 +28,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import OutOfTimeError, TransientError
-from cleanup.retry import Deadline
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -6,15 +6,15 @@ not a reliable place to resume), which also costs no extra call: the loop ends o
 truncated.
 
 The pages of several sessions of one bucket may go in one DeleteObjects (``delete_pages``, fed by a
-``cleanup.coalesce.Coalescer``): up to 1,000 keys a call, whoever they belong to. Right before the call, every key is
-checked again to lie under its own session's prefix. Each per-key ``Errors`` entry fails the session whose key it
+``cleanup.aws.coalesce.Coalescer``): up to 1,000 keys a call, whoever they belong to. Right before the call, every key
+is checked again to lie under its own session's prefix. Each per-key ``Errors`` entry fails the session whose key it
 names (and only that one); a call that fails as a whole fails the sessions whose keys it carried.
 
 Keys that cannot travel in DeleteObjects' XML body are deleted one at a time with DeleteObject, where the key is in
 the URL: XML 1.0 cannot carry most control characters at all, and parsers turn a carriage return into a line feed,
 which would delete another key (or none) and report success. The rest of the page still goes in one call.
 
-The deadline is checked between pages (and ``cleanup.pacing`` bounds each call by it): out of time, the deletion
+The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
 The reconnect race is checked again right before each page after the first is deleted (``before_delete``: the live
@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.aws_errors import is_transient_code
-from cleanup.calls import call
-from cleanup.coalesce import READ, Coalescer, Part
+from cleanup.aws.aws_errors import is_transient_code
+from cleanup.aws.calls import call
+from cleanup.aws.coalesce import READ, Coalescer, Part
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
-from cleanup.retry import Deadline
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

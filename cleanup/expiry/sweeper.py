@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
+from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.classify import not_a_session_key
 from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError
 from cleanup.expiry.write_path import expiry_buckets
-from cleanup.retry import Deadline, call_with_retry
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.settings import CleanupMode, Settings

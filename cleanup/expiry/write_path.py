@@ -20,7 +20,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
 from schemas.settings import AttributeNames, Settings
 

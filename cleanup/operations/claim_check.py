@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call, call_or_gone
+from cleanup.aws.calls import call, call_or_gone
 from cleanup.deadletter import MESSAGE_FORMAT, is_object_key
 from cleanup.exceptions import PermanentError
 from cleanup.runtime import Runtime

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from cleanup.calls import call, call_or_gone
-from cleanup.clients import Clients
+from cleanup.aws.calls import call, call_or_gone
+from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError
 from schemas.settings import DEAD_LETTER_OVERLAP_FIX, dead_letter_overlap
 

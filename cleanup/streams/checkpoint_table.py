@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from cleanup.calls import call, call_or_gone
+from cleanup.aws.calls import call, call_or_gone
 from cleanup.exceptions import AccessDeniedError, CheckpointTableError, CleanupError, TransientError
 from cleanup.telemetry import log
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, ConditionFailedError, LeaseLostError
 from cleanup.streams.checkpoint_table import ensure_table, table_call, table_error
 from cleanup.streams.lease import LEASE_SHARD, Lease

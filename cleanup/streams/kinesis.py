@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call_or_gone
+from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError
 from cleanup.streams.reader import EMPTY_READS_AT_END
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call
+from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, ConditionFailedError
 from cleanup.streams.checkpoint_table import table_call
 from cleanup.telemetry import log

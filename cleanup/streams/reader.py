@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.calls import call_or_gone
+from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError, TrimmedDataError
 from cleanup.telemetry import log
 from schemas.settings import StartPosition

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cleanup.aws.retry import Deadline
 from cleanup.inplace import InPlaceBatch
-from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from cleanup.streams.reader import Shard, ShardReader
 from schemas.outcomes import Outcome, Status

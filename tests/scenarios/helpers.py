@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.clients import Clients
+from cleanup.aws.clients import Clients
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.settings import Settings

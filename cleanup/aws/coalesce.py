@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import PermanentError
-from cleanup.retry import Deadline
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,7 +49,7 @@ MAX_WAIT_SECONDS = 0.5
 """The longest any part waits for others, however steadily they come."""
 SEND_BY_SECONDS = 1.0
 """A request goes at the latest this long before its earliest part's deadline: time for a connection and an answer
-(``cleanup.pacing`` starts no call with less than 0.75 s left)."""
+(``cleanup.aws.pacing`` starts no call with less than 0.75 s left)."""
 
 
 class Batchmates:

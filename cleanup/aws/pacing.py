@@ -34,9 +34,9 @@ from typing import Any
 
 from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 
-from cleanup.aws_errors import THROTTLING_CODES, is_transient_code
+from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code
+from cleanup.aws.rate import Rate
 from cleanup.exceptions import OutOfTimeError
-from cleanup.rate import Rate
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
@@ -45,11 +45,11 @@ CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a 
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
 RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carries x-amz-retry-after
-_SLOT = "cleanup.pacing.slot"
-_LONG_POLL = "cleanup.pacing.long_poll"
+_SLOT = "cleanup.aws.pacing.slot"
+_LONG_POLL = "cleanup.aws.pacing.long_poll"
 
 deadline_var: ContextVar[Any] = ContextVar("cleanup_deadline", default=None)
-"""The deadline of the call in progress on this thread (a ``cleanup.retry.Deadline``), bound by ``calls.call``."""
+"""The deadline of the call in progress on this thread (a ``cleanup.aws.retry.Deadline``), bound by ``calls.call``."""
 
 
 class Gate:

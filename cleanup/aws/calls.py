@@ -1,11 +1,11 @@
 """Calling AWS: the worker's one wrapper around a boto3 client method.
 
 ``call(client.list_objects_v2, "ListObjectsV2", deadline, Bucket=...)`` binds ``deadline`` for the call's duration
-(``cleanup.pacing`` bounds every HTTP attempt by it) and translates botocore's errors into the worker's
-(``cleanup.aws_errors.translate``): transient, permanent, or out of time. ``call_or_gone`` also takes the error codes
-that mean "already done" (a 410 GoneException on a closed socket, a grant not found): it then returns None.
+(``cleanup.aws.pacing`` bounds every HTTP attempt by it) and translates botocore's errors into the worker's
+(``cleanup.aws.aws_errors.translate``): transient, permanent, or out of time. ``call_or_gone`` also takes the error
+codes that mean "already done" (a 410 GoneException on a closed socket, a grant not found): it then returns None.
 
-Both are typed by the method they wrap: with the ``mypy_boto3_*`` stubs (clients are typed in ``cleanup.clients``),
+Both are typed by the method they wrap: with the ``mypy_boto3_*`` stubs (clients are typed in ``cleanup.aws.clients``),
 mypy checks the keywords and the answer's shape as if the method were called directly.
 """
 
@@ -16,10 +16,10 @@ from typing import ParamSpec, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cleanup.aws_errors import error_code, status_code, translate
+from cleanup.aws.aws_errors import error_code, status_code, translate
+from cleanup.aws.pacing import deadline_var
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import CleanupError
-from cleanup.pacing import deadline_var
-from cleanup.retry import Deadline
 
 P = ParamSpec("P")
 R = TypeVar("R")

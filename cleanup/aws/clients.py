@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import botocore.session
 from botocore.config import Config
 
-from cleanup.pacing import Pacer
+from cleanup.aws.pacing import Pacer
 from schemas.settings import Settings
 
 if TYPE_CHECKING:  # the boto3-stubs of the test extra: at run time the clients are botocore's own

@@ -1,6 +1,6 @@
 """The requests the records of one batch share: live items read by table, scratch pages deleted by bucket.
 
-One ``BatchCalls`` per batch (``pipeline.process_batch``): its coalescers (``cleanup.coalesce``) join the reads and
+One ``BatchCalls`` per batch (``pipeline.process_batch``): its coalescers (``cleanup.aws.coalesce``) join the reads and
 deletions of the records being cleaned at the same moment into BatchGetItem and DeleteObjects calls. Clients are
 asked for only when a request is sent, so a batch of bad records makes no call at all.
 """
@@ -11,9 +11,9 @@ import threading
 from typing import Any
 
 from cleanup.actions import scratch
-from cleanup.coalesce import DELETE, READ, Batchmates, Coalescer, Part
+from cleanup.aws.coalesce import DELETE, READ, Batchmates, Coalescer, Part
+from cleanup.aws.retry import Deadline
 from cleanup.race import BATCH_KEYS, client_keys, read_live_items
-from cleanup.retry import Deadline
 from cleanup.runtime import Runtime
 from schemas.session import Session
 
@@ -33,7 +33,7 @@ class BatchCalls:
     def live(self, table: str, keys: dict[str, Any], deadline: Deadline, then: str | None = None) -> Session | None:
         """The item now stored under ``keys`` in ``table`` (a consistent read, batched), or None if there is none.
 
-        ``then``: the stage the calling thread heads to next (``cleanup.coalesce``).
+        ``then``: the stage the calling thread heads to next (``cleanup.aws.coalesce``).
 
         Raises:
             TransientError / PermanentError: the read failed.
