@@ -26,8 +26,8 @@ its lease, a sweep's conditional delete) translate the rest the same way.
           ├── StreamNotFoundError     the table has no stream, or the stream (or shard) no longer exists
           ├── MessageFormatError      redrive: a message that is neither an on-failure nor a dead-letter message
           └── SourceFileError         replay: a file that is missing, not JSON, or of no known shape
-    NowHeldError                      a session re-created under the same key now holds the scratch prefix being
-                                      deleted: the rest is kept (the step is "kept", not failed)
+    NowHeldError                      the fence keeps a resource: a live session under the same key holds it, or the
+                                      session was re-created while being cleaned (the step is "kept", not failed)
     LeaseLostError                    another consumer owns the stream now: stop reading and checkpointing at once
     StopRequested                     the consumer was asked to stop while it waited on a failing dependency
     ConfigurationError                a setting in the environment is invalid: nothing runs until it is fixed
@@ -76,9 +76,10 @@ class ConditionFailedError(PermanentError):
 
 
 class NowHeldError(CleanupError):
-    """While a prefix was being deleted, a session re-created under the same key took it: the rest is kept.
+    """The fence (``cleanup.fence``) keeps a resource: the live item under the same key holds it, or the session was
+    re-created while it was being cleaned. The step is "kept", not failed.
 
-    ``deleted``: what was deleted before (the old session's own data, read as free before each page)."""
+    ``deleted``: what the step deleted before (the old session's own data, read as free before each call)."""
 
     def __init__(self, message: str, deleted: int = 0) -> None:
         super().__init__(message)

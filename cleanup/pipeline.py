@@ -1,14 +1,15 @@
 """The one core every entry point uses: ``outcomes = run_batch(records, runtime, deadline)``.
 
 ``run_batch`` is the entry: it cleans the batch (``process_batch``), sends what must go to the dead-letter queue, and
-logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan -> race check
--> act -> outcome, per record, records concurrently on a bounded I/O pool. Records of the same item key keep their
-stream order: they run one after another on one worker, and once one of them fails the later ones are not executed
-and are reported failed too, so a retry replays them in order.
+logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan -> act ->
+outcome, per record, records concurrently on a bounded I/O pool. Records of the same item key keep their stream
+order: they run one after another on one worker, and once one of them fails the later ones are not executed and are
+reported failed too, so a retry replays them in order.
 
-The race check's reads and the scratch deletions of the records being cleaned at the same moment go in shared
-requests (``cleanup.aws.batch_calls``: BatchGetItem, and DeleteObjects of several sessions' keys), each record answered
-for its own part.
+Every destructive call of a record goes through its ``Fence`` (``cleanup.fence``): a fresh read of the live item in
+SESSION_TABLE, positively understood, or the resource is kept. Those reads and the scratch deletions of the records
+being cleaned at the same moment go in shared requests (``cleanup.aws.batch_calls``: BatchGetItem, and DeleteObjects
+of several sessions' keys), each record answered for its own part.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from cleanup.actions import scratch
 from cleanup.aws.batch_calls import BatchCalls
-from cleanup.aws.coalesce import DELETE, READ, Batchmates
-from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline, call_with_retry
+from cleanup.aws.coalesce import READ, Batchmates
+from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
 from cleanup.classify import Decision, classify, item_key
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
+from cleanup.fence import Fence, Reader
 from cleanup.plan import Step, execute, plan
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
@@ -133,21 +135,17 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     decision = classify(record, runtime.settings)
     if decision.session is None:
         return _outcome(record, decision, Status.SKIPPED)
-    race_check = runtime.settings.race_check
-    reread = (lambda d: _live(record, runtime, d, calls, DELETE)) if race_check else None
-    steps = plan(decision.session, runtime, calls, reread)
+    fence = Fence(_reader(record, runtime, calls), runtime.settings.scratch_bucket or "")
+    steps = plan(decision.session, runtime, fence, calls)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
-    then = DELETE if not dry_run and any(step.action == scratch.ACTION and step.run for step in steps) else None
-    if steps and race_check:
-        live = _live(record, runtime, deadline, calls, then)
-    else:
-        live = None
-        calls.mates.head(then)
-    # The scratch data goes first, right after the race check read, while that read is fresh (later pages are read
-    # for again); the socket, grant and memberships, whose ids are never reused, after it. Reported in plan order.
-    done = {id(step): execute(step, runtime, deadline, live=live, dry_run=dry_run) for step in _scratch_first(steps)}
+    # The scratch data goes first: a user back while the grant is retired (seconds under a KMS quota) finds a
+    # re-created session's data whole. Every destructive call reads the live item again (the fence); reported in
+    # plan order.
+    done = {id(step): execute(step, runtime, deadline, fence, dry_run=dry_run) for step in _scratch_first(steps)}
     results = tuple(done[id(step)] for step in steps)
     failures = [result for result in results if not result.ok]
+    if fence.stopped is not None:
+        return _outcome(record, decision, Status.FAILED, results, error=fence.stopped)
     if not failures:
         return _outcome(record, decision, Status.CLEANED, results)
     return _outcome(
@@ -164,15 +162,22 @@ def _scratch_first(steps: list[Step]) -> list[Step]:
     return sorted(steps, key=lambda step: step.action != scratch.ACTION)
 
 
-def _live(
-    record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls, then: str | None
-) -> Session | None:
-    table = record.table or runtime.settings.session_table
+def _reader(record: StreamRecord, runtime: Runtime, calls: BatchCalls) -> Reader | None:
+    """The fence's reader of the live item under ``record``'s key, in SESSION_TABLE (None: RACE_CHECK=false)."""
+    if not runtime.settings.race_check:
+        return None
+    # SESSION_TABLE, always: a record's own table is what it claims, not what is checked. A Lambda mapping names its
+    # table in eventSourceARN, which classify takes as SESSION_TABLE when the setting is absent.
+    table = runtime.settings.session_table or record.table
     if not table:
         raise MissingConfigError(
-            "cannot check for a reconnected session: the record names no table; set SESSION_TABLE (or RACE_CHECK=false)"
+            "cannot check for a reconnected session: set SESSION_TABLE (or RACE_CHECK=false, if keys are never reused)"
         )
-    return call_with_retry(lambda: calls.live(table, record.keys, deadline, then), runtime.settings, deadline)
+
+    def read(deadline: Deadline, then: str | None) -> Session | None:
+        return calls.live(table, record.keys, deadline, then)
+
+    return read
 
 
 def _outcome(

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
+from cleanup.aws.coalesce import DELETE
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
+from cleanup.fence import Fence, incomparable_prefix
 from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, grant_key, resolve_prefix
-from cleanup.race import Holding, holding
+from cleanup.race import Holding
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
@@ -34,32 +36,26 @@ class Step:
     location: ScratchLocation | None = None  # where a scratch step deletes, as the guard resolved it
 
 
-LiveReading = Callable[[Deadline], Session | None]
-"""Reads the item now stored under the deleted session's key (a consistent read): the reconnect race, again."""
-
-
-def plan(
-    session: Session, runtime: Runtime, calls: BatchCalls | None = None, reread: LiveReading | None = None
-) -> list[Step]:
+def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
     """The steps that free ``session``'s resources: close its socket, retire its grant, delete its scratch data, and
     (with a registry) remove its connection's room memberships.
 
-    With ``calls``, scratch pages are deleted together with those of the batch's other records. With ``reread``, the
-    live item is read again right before each scratch page is deleted.
+    Every destructive call of every step goes through ``fence`` (``cleanup.fence``). With ``calls``, scratch pages are
+    deleted together with those of the batch's other records.
     """
     steps = []
     if session.connection_id:
-        steps.append(_connection_step(session, session.connection_id, runtime))
+        steps.append(_connection_step(session, session.connection_id, runtime, fence))
     if session.grant_id:
-        steps.append(_grant_step(session, session.grant_id, runtime))
+        steps.append(_grant_step(session, session.grant_id, runtime, fence))
     if session.scratch_prefix is not None:  # an empty prefix is refused by the guard, not ignored
-        steps.append(_scratch_step(session, session.scratch_prefix, runtime, calls, reread))
+        steps.append(_scratch_step(session, session.scratch_prefix, runtime, fence, calls))
     if session.connection_id and runtime.settings.registry_table:
-        steps.append(_registry_step(session.connection_id, runtime.settings.registry_table, runtime))
+        steps.append(_registry_step(session.connection_id, runtime.settings.registry_table, runtime, fence))
     return steps
 
 
-def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> Step:
+def _connection_step(session: Session, connection_id: str, runtime: Runtime, fence: Fence) -> Step:
     detail = {"connectionId": connection_id}
     try:
         endpoint = callback_endpoint(session.callback_url, runtime.settings)
@@ -67,46 +63,44 @@ def _connection_step(session: Session, connection_id: str, runtime: Runtime) -> 
         return Step(connection.ACTION, connection_id, detail, refusal=exc)
 
     region = execute_api_region(endpoint)  # an execute-api endpoint is signed for its own region
+    permit = fence.guard(connection.ACTION, connection_id)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-        return connection.close_connection(runtime.clients.management(endpoint, region), connection_id, deadline), {}
+        management = runtime.clients.management(endpoint, region)
+        return connection.close_connection(management, connection_id, deadline, permit=permit), {}
 
     return Step(connection.ACTION, connection_id, {**detail, "endpoint": endpoint}, run=run)
 
 
-def _grant_step(session: Session, grant_id: str, runtime: Runtime) -> Step:
+def _grant_step(session: Session, grant_id: str, runtime: Runtime, fence: Fence) -> Step:
     detail = {"grantId": grant_id}
     try:
         key_id = grant_key(session.kms_key_id, runtime.settings)
     except PermanentError as exc:
         return Step(grant.ACTION, grant_id, detail, refusal=exc)
+    permit = fence.guard(grant.ACTION, grant_id)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-        return grant.retire_grant(runtime.clients.kms, key_id, grant_id, deadline), {}
+        return grant.retire_grant(runtime.clients.kms, key_id, grant_id, deadline, permit=permit), {}
 
     return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
 
 
 def _scratch_step(
-    session: Session, scratch_prefix: str, runtime: Runtime, calls: BatchCalls | None, reread: LiveReading | None
+    session: Session, scratch_prefix: str, runtime: Runtime, fence: Fence, calls: BatchCalls | None
 ) -> Step:
     try:
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
-    check = _still_free(reread, scratch_prefix, where, runtime.settings.scratch_bucket or "") if reread else None
+    permit = fence.guard(scratch.ACTION, scratch_prefix, where, then=DELETE)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         versioned = runtime.is_versioned(where.bucket, deadline)
         together = calls.deleter(where.bucket) if calls is not None else None
         try:
             deleted = scratch.delete_prefix(
-                runtime.clients.s3,
-                where,
-                versioned=versioned,
-                deadline=deadline,
-                together=together,
-                before_delete=check,
+                runtime.clients.s3, where, versioned=versioned, deadline=deadline, permit=permit, together=together
             )
         except NowHeldError as held:
             return ActionStatus.KEPT, {"heldBy": "live session", _unit(versioned): held.deleted}
@@ -121,30 +115,21 @@ def _scratch_step(
     return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
 
 
-def _still_free(reread: LiveReading, prefix: str, where: ScratchLocation, bucket: str) -> Callable[[Deadline], None]:
-    """Before a page is deleted: raises NowHeldError once a re-created session holds the prefix (or a failure when its
-    prefix cannot be compared), as ``execute`` judges the first read."""
-
-    def check(deadline: Deadline) -> None:
-        live = reread(deadline)
-        held = holding(scratch.ACTION, prefix, live, old=where, bucket=bucket)
-        if held is Holding.HELD:
-            raise NowHeldError(f"a session re-created under the same key now holds {where.prefix!r}: the rest is kept")
-        if held is Holding.UNKNOWN and live is not None:
-            raise _incomparable_prefix(prefix, live.scratch_prefix)
-
-    return check
-
-
-def _registry_step(connection_id: str, table: str, runtime: Runtime) -> Step:
+def _registry_step(connection_id: str, table: str, runtime: Runtime, fence: Fence) -> Step:
     index, attribute = runtime.settings.registry_connection_index, runtime.settings.attributes.registry_connection_id
+    permit = fence.guard(registry.ACTION, connection_id)
 
     def where(deadline: Deadline) -> registry.Registry:
         return registry.Registry(table, index, attribute, runtime.table_keys(table, deadline))
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         wait = runtime.settings.retry_max_wait_seconds
-        pruned = registry.prune(runtime.clients.dynamodb, where(deadline), connection_id, deadline, max_wait=wait)
+        try:
+            pruned = registry.prune(
+                runtime.clients.dynamodb, where(deadline), connection_id, deadline, permit=permit, max_wait=wait
+            )
+        except NowHeldError as held:
+            return ActionStatus.KEPT, {"heldBy": "live session", "memberships": held.deleted}
         return (ActionStatus.DONE if pruned.deleted else ActionStatus.ALREADY_DONE), _memberships(pruned)
 
     def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
@@ -163,41 +148,46 @@ def _unit(versioned: bool) -> str:
     return "versions" if versioned else "objects"
 
 
-def execute(
-    step: Step, runtime: Runtime, deadline: Deadline, *, live: Session | None = None, dry_run: bool = False
-) -> ActionResult:
+def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool = False) -> ActionResult:
     """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result.
 
-    What the live item under the same key still holds (``live``, the reconnect race) is kept.
+    Its destructive calls go through ``fence``, which keeps what the live item under the same key holds (the step is
+    then "kept"). A dry run asks the fence what it would keep, and frees nothing.
     """
-    held = holding(step.action, step.resource, live, old=step.location, bucket=runtime.settings.scratch_bucket or "")
-    if held is Holding.HELD:
-        return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={"heldBy": "live session"})
-    if held is Holding.UNKNOWN and live is not None:
-        return _failed(step, _incomparable_prefix(step.resource, live.scratch_prefix))
-    if step.refusal is not None:
-        return _failed(step, step.refusal, refused=True)
     run = step.preview if dry_run else step.run
-    if run is None:
-        return ActionResult(action=step.action, status=ActionStatus.PLANNED, detail=step.detail)
+    retried = _retried(runtime, step, fence)
     try:
-        status, counts = call_with_retry(
-            lambda: run(deadline), runtime.settings, deadline, on_retry=_retried(runtime, step)
-        )
+        # A step that will not run (refused, or only planned) is still "kept" when the live session holds it.
+        if step.refusal is not None or dry_run or run is None:
+            held = call_with_retry(lambda: _verdict(step, fence, deadline), runtime.settings, deadline, retried)
+            if held is Holding.HELD:
+                return ActionResult(action=step.action, status=ActionStatus.KEPT, detail=_HELD)
+        if step.refusal is not None:
+            return _failed(step, step.refusal, refused=True)
+        if run is None:
+            return ActionResult(action=step.action, status=ActionStatus.PLANNED, detail=step.detail)
+        status, counts = call_with_retry(lambda: run(deadline), runtime.settings, deadline, on_retry=retried)
+    except NowHeldError:
+        return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={**step.detail, **_HELD})
     except CleanupError as exc:
+        fence.stale()
         return _failed(step, exc)
     return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
 
 
-def _incomparable_prefix(old_prefix: str, live_prefix: str | None) -> PermanentError:
-    return PermanentError(
-        f"the live session under the same key has scratch prefix {live_prefix!r}, which names no S3 location that "
-        f"can be compared with {old_prefix!r}: both are kept; check the live item, then redrive this record"
-    )
+_HELD = {"heldBy": "live session"}
 
 
-def _retried(runtime: Runtime, step: Step) -> Callable[[BaseException], None]:
+def _verdict(step: Step, fence: Fence, deadline: Deadline) -> Holding:
+    held = fence.verdict(step.action, step.resource, step.location, deadline)
+    if held is Holding.UNKNOWN:
+        raise incomparable_prefix(step.resource, fence.live_prefix())
+    return held
+
+
+def _retried(runtime: Runtime, step: Step, fence: Fence) -> Callable[[BaseException], None]:
     def on_retry(exc: BaseException) -> None:
+        fence.stale()  # a retried step reads the live item again before its next destructive call
         runtime.metrics.count("Retries", "Action", step.action)
 
     return on_retry

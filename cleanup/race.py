@@ -21,6 +21,7 @@ import json
 import posixpath
 import random
 import time
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -110,16 +111,15 @@ def _read(
         }
         response = call(dynamodb.batch_get_item, "BatchGetItem", deadline, RequestItems={table: keys})
         unmatched = False
-        for item in response.get("Responses", {}).get(table, []):
+        for item in _items(response, table):
             ident = key_id({name: item[name] for name in key_names if name in item})
             if pending.pop(ident, None) is None:
                 unmatched = True  # an answer for no key asked: which key it answers is unknown, so none is trusted
                 continue
             _answer(by_key[ident], item, names)
-        left = response.get("UnprocessedKeys", {}).get(table)
-        unprocessed = {key_id(key): key for key in (left["Keys"] if left else [])}
+        unprocessed = _unprocessed(response, table)
         for ident in [ident for ident in pending if ident not in unprocessed]:
-            missing = BadRecordError("BatchGetItem answered an item that matches no key asked; nothing is freed")
+            missing = TransientError("BatchGetItem answered an item that matches no key asked; nothing is freed")
             for part in by_key.pop(ident):
                 if unmatched:
                     part.fail(missing)
@@ -130,6 +130,25 @@ def _read(
             return
         _back_off(attempt, deadline, len(pending))
     raise TransientError(f"BatchGetItem: {len(pending)} keys still unprocessed after {UNPROCESSED_ROUNDS} calls")
+
+
+def _items(response: Mapping[str, Any], table: str) -> list[dict[str, Any]]:
+    """The items a BatchGetItem answer holds for ``table``; an answer that does not name the table under
+    ``Responses`` (a truncated body read as ``{}``, a garbled one) cannot tell whether a session is live."""
+    responses = response.get("Responses")
+    items = responses.get(table) if isinstance(responses, Mapping) else None
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise TransientError(f"BatchGetItem answered without {table!r} under Responses: cannot tell; nothing is freed")
+    return items
+
+
+def _unprocessed(response: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """The keys of ``table`` DynamoDB left unprocessed, by ``key_id``; a garbled entry cannot tell which keys are."""
+    left = response.get("UnprocessedKeys") or {}
+    keys = left.get(table, {}).get("Keys", []) if isinstance(left, Mapping) else None
+    if not isinstance(keys, list) or not all(isinstance(key, dict) for key in keys):
+        raise TransientError(f"BatchGetItem answered a garbled UnprocessedKeys for {table!r}: cannot tell")
+    return {key_id(key): key for key in keys}
 
 
 def _answer(parts: list[Part[dict[str, Any], Session | None]], item: dict[str, Any], names: AttributeNames) -> None:

@@ -16,7 +16,7 @@ from cleanup.pipeline import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import Faults
-from tests.stack import SessionStack
+from tests.stack import SessionStack, unfenced
 from worker import lambda_handler
 from worker.local.gateway import LocalGateway
 
@@ -43,7 +43,7 @@ def test_closing_a_live_connection_is_done_and_closes_the_socket(
 ) -> None:
     client = gateway.connect()
 
-    status = close_connection(management(1), client.connection_id)
+    status = close_connection(management(1), client.connection_id, permit=unfenced)
 
     assert status is ActionStatus.DONE
     assert client.wait_closed(timeout=5)
@@ -52,9 +52,9 @@ def test_closing_a_live_connection_is_done_and_closes_the_socket(
 
 def test_closing_it_again_is_already_done(gateway: LocalGateway, management: ManagementFactory) -> None:
     client = gateway.connect()
-    close_connection(management(1), client.connection_id)
+    close_connection(management(1), client.connection_id, permit=unfenced)
 
-    status = close_connection(management(1), client.connection_id)
+    status = close_connection(management(1), client.connection_id, permit=unfenced)
 
     assert status is ActionStatus.ALREADY_DONE
 
@@ -64,7 +64,7 @@ def test_a_connection_the_client_left_is_already_done(gateway: LocalGateway, man
     client.close()
     assert gateway.wait_gone(client.connection_id, timeout=5)
 
-    status = close_connection(management(1), client.connection_id)
+    status = close_connection(management(1), client.connection_id, permit=unfenced)
 
     assert status is ActionStatus.ALREADY_DONE
 
@@ -76,7 +76,7 @@ def test_forbidden_is_permanent_and_leaves_the_socket_open(
     gateway.fail_next(1, status=403, error_type="ForbiddenException")
 
     with pytest.raises(PermanentError, match="ForbiddenException"):
-        close_connection(management(3), client.connection_id)
+        close_connection(management(3), client.connection_id, permit=unfenced)
 
     assert gateway.is_open(client.connection_id)
     client.close()
@@ -93,7 +93,7 @@ def test_throttling_and_server_errors_are_transient(
     gateway.fail_next(1, status=status, error_type=error_type)
 
     with pytest.raises(TransientError, match=error_type):
-        close_connection(management(1), client.connection_id)
+        close_connection(management(1), client.connection_id, permit=unfenced)
 
     assert gateway.is_open(client.connection_id)
     client.close()
@@ -106,7 +106,7 @@ def test_botocore_standard_retries_absorb_one_server_error(
     calls_before = gateway.delete_calls
     gateway.fail_next(1, status=500)
 
-    status = close_connection(management(3), client.connection_id)
+    status = close_connection(management(3), client.connection_id, permit=unfenced)
 
     assert status is ActionStatus.DONE
     assert gateway.delete_calls == calls_before + 2
@@ -182,9 +182,9 @@ def test_a_final_answer_near_the_deadline_is_the_answer_not_out_of_time(
     # denied means a fix is needed: neither is "out of time", which would only try it again on the next delivery.
     management = stack.runtime(ws_callback_url=gateway.callback_url).clients.management(gateway.callback_url)
 
-    gone = close_connection(management, "conn-never-open", Deadline.after(1.2))
+    gone = close_connection(management, "conn-never-open", Deadline.after(1.2), permit=unfenced)
 
     assert gone is ActionStatus.ALREADY_DONE
     Faults(management, "DeleteConnection", "AccessDeniedException", status=403)
     with pytest.raises(PermanentError, match="AccessDenied"):
-        close_connection(management, "conn-never-open", Deadline.after(1.2))
+        close_connection(management, "conn-never-open", Deadline.after(1.2), permit=unfenced)

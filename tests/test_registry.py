@@ -25,7 +25,7 @@ from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import Unprocessed
-from tests.stack import SessionStack
+from tests.stack import SessionStack, unfenced
 from worker import cli
 from worker.local.backend import create_registry_table, membership
 
@@ -252,7 +252,7 @@ def test_out_of_time_between_pages_keeps_what_was_deleted_and_sends_no_further_q
     where = registry.Registry(rooms, "byConnection", "connectionId", runtime.table_keys(rooms))
 
     with pytest.raises(OutOfTimeError, match="7 memberships of 'conn-dead' deleted so far"):
-        registry.prune(runtime.clients.dynamodb, where, "conn-dead", deadline)
+        registry.prune(runtime.clients.dynamodb, where, "conn-dead", deadline, permit=unfenced)
 
     assert queries == [7]
     assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS - 7

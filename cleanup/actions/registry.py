@@ -30,11 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
-from cleanup.exceptions import OutOfTimeError, TransientError
+from cleanup.exceptions import NowHeldError, OutOfTimeError, TransientError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
+
+    from cleanup.fence import Permit
 
 ACTION = "registry"
 BATCH = 25  # BatchWriteItem's limit
@@ -63,11 +65,19 @@ class Pruned:
 
 
 def prune(
-    dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline, *, max_wait: float = 2.0
+    dynamodb: DynamoDBClient,
+    registry: Registry,
+    connection_id: str,
+    deadline: Deadline,
+    *,
+    permit: Permit,
+    max_wait: float = 2.0,
 ) -> Pruned:
-    """Delete every membership of ``connection_id`` the index knows.
+    """Delete every membership of ``connection_id`` the index knows; each BatchWriteItem (a re-send of unprocessed
+    items too) once ``permit`` lets it (``cleanup.fence``).
 
     Raises:
+        NowHeldError: ``permit`` keeps the memberships (a live session holds the connection).
         OutOfTimeError: the deadline came first; what was deleted stays deleted.
         TransientError: throttling, 5xx, or items DynamoDB kept leaving unprocessed.
         PermanentError: access denied, a missing table or index, and anything else.
@@ -79,8 +89,10 @@ def prune(
             kept += foreign
             for start in range(0, len(keys), BATCH):
                 _out_of_time(deadline, "the deadline came before the next batch")
-                _delete(dynamodb, registry.table, keys[start : start + BATCH], deadline, max_wait)
+                _delete(dynamodb, registry.table, keys[start : start + BATCH], deadline, permit, max_wait)
                 deleted += len(keys[start : start + BATCH])
+    except NowHeldError as exc:
+        raise NowHeldError(str(exc), deleted) from exc
     except OutOfTimeError as exc:
         raise OutOfTimeError(
             f"{exc}; {deleted} memberships of {connection_id!r} deleted so far, the rest on the record's next delivery"
@@ -136,12 +148,15 @@ def _names(key: dict[str, Any], connection_id: str) -> bool:
     return any(connection_id in text.split("#") for text in texts)
 
 
-def _delete(dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, max_wait: float) -> None:
+def _delete(
+    dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, permit: Permit, max_wait: float
+) -> None:
     pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
         {"DeleteRequest": {"Key": key}} for key in keys
     ]
     wait = FIRST_WAIT_SECONDS
     for _ in range(UNPROCESSED_TRIES):
+        permit(deadline)
         answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
         pending = list(answer.get("UnprocessedItems", {}).get(table, []))
         if not pending:

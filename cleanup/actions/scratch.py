@@ -17,10 +17,9 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-The reconnect race is checked again right before each page after the first is deleted (``before_delete``: the live
-item read afresh; the first page follows the session's own race check at once, its scratch data being freed before
-its other resources): a session re-created under the same key while a long prefix was being deleted stops the
-deletion there (``NowHeldError``), and its data is kept.
+Every page goes through ``permit`` right before it is deleted (``cleanup.fence``: the live item read afresh, after
+the record's previous destructive call): a session re-created under the same key while a long prefix was being
+deleted stops the deletion there (``NowHeldError``), and its data is kept.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
@@ -46,6 +45,8 @@ if TYPE_CHECKING:
         ListObjectVersionsRequestTypeDef,
         ObjectIdentifierTypeDef,
     )
+
+    from cleanup.fence import Permit
 
 ACTION = "scratch"
 PAGE = 1000  # DeleteObjects' limit
@@ -70,28 +71,26 @@ def delete_prefix(
     where: ScratchLocation,
     *,
     versioned: bool,
-    deadline: Deadline | None = None,
+    deadline: Deadline,
+    permit: Permit,
     together: Deleter | None = None,
-    before_delete: Callable[[Deadline], None] | None = None,
 ) -> int:
     """Delete everything under ``where``; returns how many objects (or versions and markers) were deleted.
 
     Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each.
-    ``before_delete`` runs after each page but the first is listed, before it is deleted; it raises ``NowHeldError``
-    when the prefix may no longer be freed.
+    ``permit`` runs after each page is listed, before it is deleted; it raises ``NowHeldError`` when the prefix may
+    no longer be freed.
 
     Raises:
-        NowHeldError: ``before_delete`` found the prefix held again (``deleted``: how much went before).
+        NowHeldError: ``permit`` keeps the prefix (``deleted``: how much went before).
         OutOfTimeError: the deadline came first; what was deleted stays deleted.
         TransientError: throttling, 5xx, network, or per-key errors that are all transient.
         PermanentError: access denied (e.g. object lock) or another per-key error; nothing outside ``where`` is touched.
     """
-    deadline = deadline or Deadline()
     deleted = 0
     try:
         for page in _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline):
-            if before_delete is not None and deleted:
-                before_delete(deadline)
+            permit(deadline)
             deleted += _delete(s3, page, deadline, together)
             if deadline.remaining() <= 0:
                 raise OutOfTimeError("the deadline came before the next page")
@@ -114,7 +113,7 @@ def count_prefix(s3: S3Client, where: ScratchLocation, *, versioned: bool, deadl
     request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix}
     total = 0
     while True:
-        page = call(operation, what, deadline, **request)
+        page = _understood(call(operation, what, deadline, **request), where)
         total += sum(len(page.get(kind, [])) for kind in kinds)
         if not page.get("IsTruncated") or not (page.get("NextContinuationToken") or page.get("NextKeyMarker")):
             return total
@@ -130,7 +129,7 @@ def _object_pages(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> I
         request: ListObjectsV2RequestTypeDef = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
         if start_after is not None:
             request["StartAfter"] = start_after
-        listed = call(s3.list_objects_v2, "ListObjectsV2", deadline, **request)
+        listed = _understood(call(s3.list_objects_v2, "ListObjectsV2", deadline, **request), where)
         keys: list[ObjectIdentifierTypeDef] = [
             {"Key": _inside(item["Key"], where)} for item in listed.get("Contents", [])
         ]
@@ -145,7 +144,7 @@ def _object_pages(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> I
 def _version_pages(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> Iterator[Page]:
     request: ListObjectVersionsRequestTypeDef = {"Bucket": where.bucket, "Prefix": where.prefix, "MaxKeys": PAGE}
     while True:
-        listed = call(s3.list_object_versions, "ListObjectVersions", deadline, **request)
+        listed = _understood(call(s3.list_object_versions, "ListObjectVersions", deadline, **request), where)
         entries: list[ObjectIdentifierTypeDef] = [
             {"Key": _inside(item["Key"], where), "VersionId": item["VersionId"]}
             for item in [*listed.get("Versions", []), *listed.get("DeleteMarkers", [])]
@@ -155,6 +154,17 @@ def _version_pages(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> 
             yield Page(where, entries, last)
         if last or not entries:
             return
+
+
+L = TypeVar("L", bound=Mapping[str, Any])
+
+
+def _understood(listed: L, where: ScratchLocation) -> L:
+    """A listing that names its bucket; one that does not (an empty or truncated body, read as ``{}``) cannot say
+    the prefix is empty, and must not end a deletion as done."""
+    if listed.get("Name") != where.bucket:
+        raise TransientError(f"a listing of {where.prefix!r} that does not name its bucket: cannot tell what is left")
+    return listed
 
 
 def _inside(key: str, where: ScratchLocation) -> str:
@@ -180,7 +190,7 @@ def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | No
     if safe.entries:
         if together is not None:
             # Done with this prefix once answered: the thread's next stage is its next record's read.
-            together.submit(safe, len(safe.entries), deadline, then=READ if page.last and not alone else None)
+            together.submit(safe, len(safe.entries), deadline, then=READ)
         else:
             part: Part[Page, int] = Part(safe, len(safe.entries), deadline)
             delete_pages(s3, [part], deadline)

@@ -1,0 +1,141 @@
+"""The one rule before every destructive call: a fresh read of the live item, positively understood, or keep.
+
+Every call that frees a session's resource goes through its record's ``Fence`` first (``Fence.permit``): the
+DeleteConnection that closes its socket, the RetireGrant of its grant, each page of its scratch deletion (one
+DeleteObjects, and the DeleteObject calls of the keys XML cannot carry), and each BatchWriteItem that removes its
+registry memberships. The actions take the permit as a required argument: none of them can be called without one.
+
+``permit`` lets the call go only on a reading of the item now stored under the deleted session's key in
+SESSION_TABLE (a consistent read, shared with the other records of the batch in one BatchGetItem) that was taken
+
+* after this record's previous destructive call (for the first one: after the record's processing began), and
+* after this record's last failure or retry: time has passed, and a reading from before it may be old;
+
+and that was positively understood to say the resource is not held:
+
+* **Fail closed.** A read that cannot be understood (an answer without the table under ``Responses``, keys still
+  unprocessed at the deadline, an unparseable body, an item whose session attributes cannot be read) raises: the
+  resource is kept and the record is reported.
+* **Held means keep.** A live item that holds the resource (same connection, same grant, scratch data whose
+  location overlaps) keeps it; one whose scratch prefix names no S3 location that can be compared keeps it too, and
+  fails the step permanently for a person to look at.
+* **Live again means stop.** A reading that differs from the record's first reading (the session was re-created, or
+  changed its resources, while it was being cleaned) stops every remaining step of the record: what is left is kept,
+  and the record is reported (transient), so that its next delivery decides afresh against the item as it is then.
+
+One reading may allow several destructive calls issued together (a page's DeleteObjects and its DeleteObject calls),
+never two that follow one another. A reading that allowed nothing (its resource was held) is still fresh for the next
+step. With RACE_CHECK=false (an operator's explicit choice, for a table where a key is never reused) nothing is read
+and every call is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cleanup.aws.coalesce import READ
+from cleanup.aws.retry import Deadline
+from cleanup.exceptions import NowHeldError, PermanentError
+from cleanup.guard import ScratchLocation
+from cleanup.race import Holding, holding
+from schemas.session import Session
+
+Reader = Callable[[Deadline, str | None], Session | None]
+"""Reads the item now stored under the deleted session's key (``then``: the stage the thread heads to next)."""
+
+Permit = Callable[[Deadline], None]
+"""Asked right before a destructive call: returns to let it go, raises to keep the resource."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a read found under the key: the live session, or None when there is no item."""
+
+    live: Session | None
+
+
+class Fence:
+    """One record's gate in front of its destructive calls (see the module's docstring for the rule)."""
+
+    def __init__(self, read: Reader | None, bucket: str) -> None:
+        """``read``: the live item's reader, None when the race check is turned off; ``bucket``: SCRATCH_BUCKET, the
+        bucket a bare key prefix of the live item lies in."""
+        self._read = read
+        self._bucket = bucket
+        self._fresh: Reading | None = None
+        self._first: Reading | None = None
+        self.stopped: str | None = None
+        """Why the record's remaining steps were stopped (a reading differed from the first), or None."""
+
+    def guard(self, action: str, resource: str, location: ScratchLocation | None = None, then: str = READ) -> Permit:
+        """The permit of one step's destructive calls. ``then``: where the thread heads once the read is answered
+        (the next stage it shares with the batch: a deletion, or its next read)."""
+
+        def permit(deadline: Deadline) -> None:
+            self.permit(action, resource, location, deadline, then)
+
+        return permit
+
+    def permit(
+        self, action: str, resource: str, location: ScratchLocation | None, deadline: Deadline, then: str | None
+    ) -> None:
+        """Return to let one destructive call on ``resource`` go; raise to keep it.
+
+        Raises:
+            NowHeldError: the live item holds the resource, or the record was stopped (``stopped``).
+            PermanentError: the live item's scratch prefix cannot be compared with ``location``.
+            TransientError / PermanentError: the read failed, or its answer could not be understood.
+        """
+        if self._read is None:
+            return
+        if self.stopped is not None:
+            raise NowHeldError(f"not attempted: {self.stopped}")
+        live = self.reading(deadline, then)
+        if self.stopped is not None:
+            raise NowHeldError(self.stopped)
+        held = holding(action, resource, live, old=location, bucket=self._bucket)
+        if held is Holding.HELD:
+            raise NowHeldError(f"the live session under the same key holds this {action}: kept")
+        if held is Holding.UNKNOWN and live is not None:
+            raise incomparable_prefix(resource, live.scratch_prefix)
+        self._fresh = None  # the call it allows is now the record's latest destructive call
+
+    def verdict(self, action: str, resource: str, location: ScratchLocation | None, deadline: Deadline) -> Holding:
+        """Whether the live item holds ``resource`` (a dry run's plan: reads once, allows nothing)."""
+        if self._read is None:
+            return Holding.FREE
+        live = self.reading(deadline, READ)
+        if live is None:
+            return Holding.FREE
+        return holding(action, resource, live, old=location, bucket=self._bucket)
+
+    def reading(self, deadline: Deadline, then: str | None) -> Session | None:
+        """The fresh reading, read now if there is none; compared with the record's first."""
+        assert self._read is not None
+        if self._fresh is None:
+            self._fresh = Reading(self._read(deadline, then))
+        if self._first is None:
+            self._first = self._fresh
+        elif self._fresh != self._first and self.stopped is None:
+            self.stopped = (
+                "the session was re-created under the same key (or changed its resources) while it was being "
+                "cleaned: the rest is kept, and the record is tried again against the item as it is now"
+            )
+        return self._fresh.live
+
+    def live_prefix(self) -> str | None:
+        """The scratch prefix of the latest reading's live item (for messages)."""
+        reading = self._fresh or self._first
+        return reading.live.scratch_prefix if reading is not None and reading.live is not None else None
+
+    def stale(self) -> None:
+        """After a failure or before a retry: the next destructive call reads again."""
+        self._fresh = None
+
+
+def incomparable_prefix(old_prefix: str, live_prefix: str | None) -> PermanentError:
+    return PermanentError(
+        f"the live session under the same key has scratch prefix {live_prefix!r}, which names no S3 location that "
+        f"can be compared with {old_prefix!r}: both are kept; check the live item, then redrive this record"
+    )

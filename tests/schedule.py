@@ -1,0 +1,144 @@
+"""A scripted scheduler for one session's cleanup: between any two AWS calls the session may be re-created, and any
+call may fail or be answered with garbage; every call is logged, so that the fence's invariant can be checked.
+
+The worker's runtime is given ``ScriptedClients``: every client it makes (DynamoDB, S3, KMS, the management API) has
+three hooks, after the worker's own pacing, so botocore's own retry path still runs:
+
+* ``before-parameter-build``: the call's own parameters, and its number in the script; when the script says so, the
+  session's item is written again under its key (re-created) before this call goes out;
+* ``before-send``: a fault the script holds for this call (a 500, a throttle, or a 200 with a garbled body) is
+  answered in place of the service, so nothing reaches it; otherwise the attempt is logged as sent;
+* ``after-call``: a clean BatchGetItem answer is logged as a read, with the item the table held at that moment.
+
+``violations`` checks the rule against the log: every destructive attempt that reached a service was preceded by a
+clean read, taken after the previous destructive attempt, whose item did not hold what the attempt destroys.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
+
+from cleanup.aws.clients import Clients
+from schemas.settings import Settings
+from tests.faults import RawBody
+
+DESTRUCTIVE = {"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"}
+FAULTS = ("500", "throttle", "garbled")
+GARBLED = {  # 200 answers botocore parses without complaint, and which say nothing about the item
+    "dynamodb": (b"{}", "application/x-amz-json-1.0"),
+    "s3": (b"", "application/xml"),
+    "kms": (b"{}", "application/x-amz-json-1.1"),
+    "apigatewaymanagementapi": (b"", "application/json"),
+}
+
+
+@dataclass
+class Event:
+    """One logged moment: a read answered cleanly (``live``: the item the table held), or a destructive attempt
+    that reached the service (``what``: the operation, ``params``: its parameters)."""
+
+    kind: str
+    what: str
+    live: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Script:
+    """What happens during one cleanup: ``recreate_at`` (the call before which the session comes back as
+    ``recreated``), and ``faults`` (call number -> one of FAULTS)."""
+
+    recreate_at: int | None = None
+    recreated: dict[str, Any] | None = None
+    faults: dict[int, str] = field(default_factory=dict)
+
+
+class ScriptedClients(Clients):
+    """The runtime's clients, each hooked to play ``script`` and log what happened (see the module's docstring)."""
+
+    def __init__(self, settings: Settings, script: Script, live: dict[str, Any] | None, put: Any) -> None:
+        super().__init__(settings)
+        self.script = script
+        self.live = live
+        self.log: list[Event] = []
+        self._put = put
+        self._lock = threading.RLock()
+        self._calls = 0
+        self._current: dict[int, tuple[int, str, dict[str, Any]]] = {}
+
+    def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+        client = super()._create(service, endpoint_url, region)
+        client.meta.events.register("before-parameter-build", self._begin)
+        client.meta.events.register("before-send", self._send)
+        client.meta.events.register("after-call", self._answered)
+        return client
+
+    def _begin(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        with self._lock:
+            number, self._calls = self._calls, self._calls + 1
+            self._current[threading.get_ident()] = (number, model.name, dict(params))
+            if number == self.script.recreate_at and self.script.recreated is not None:
+                self.live = self.script.recreated
+                self._put(self.live)
+
+    def _send(self, request: Any, event_name: str, **_: Any) -> AWSResponse | None:
+        number, operation, params = self._current[threading.get_ident()]
+        fault = self.script.faults.pop(number, None)  # once: botocore's next attempt of the call goes through
+        if fault is not None:
+            return _fault(fault, event_name.split(".")[1], request.url)
+        if operation in DESTRUCTIVE:
+            with self._lock:
+                self.log.append(Event("destroy", operation, params=params))
+        return None
+
+    def _answered(self, http_response: Any, parsed: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "BatchGetItem" and http_response.status_code == 200 and "Responses" in parsed:
+            with self._lock:
+                self.log.append(Event("read", "BatchGetItem", live=self.live))
+
+
+def _fault(kind: str, service: str, url: str) -> AWSResponse:
+    if kind == "garbled":
+        body, content_type = GARBLED.get(service, (b"{}", "application/json"))
+        return AWSResponse(url, 200, {"Content-Type": content_type}, RawBody(body))
+    code, status = ("ThrottlingException", 400) if kind == "throttle" else ("InternalServerError", 500)
+    body = json.dumps({"__type": code, "message": "scripted"}).encode()
+    headers = {"x-amzn-ErrorType": code, "Content-Type": "application/x-amz-json-1.0"}
+    return AWSResponse(url, status, headers, RawBody(body))
+
+
+def violations(log: list[Event]) -> list[str]:
+    """Every destructive attempt that the rule does not allow, described."""
+    found = []
+    allowing: Event | None = None
+    for event in log:
+        if event.kind == "read":
+            allowing = event
+            continue
+        if allowing is None:
+            found.append(f"{event.what} {event.params} with no read since the previous destructive call")
+        elif _held(allowing.live, event):
+            found.append(f"{event.what} {event.params} destroys what the live item held: {allowing.live}")
+        allowing = None
+    return found
+
+
+def _held(live: dict[str, Any] | None, event: Event) -> bool:
+    if live is None:
+        return False
+    params = event.params
+    if event.what == "DeleteConnection":
+        return bool(params.get("ConnectionId") == live.get("connectionId"))
+    if event.what == "RetireGrant":
+        return bool(params.get("GrantId") == live.get("grantId"))
+    prefix = str(live.get("scratchPrefix", ""))
+    if event.what == "DeleteObjects":
+        return any(str(entry["Key"]).startswith(prefix) for entry in params["Delete"]["Objects"])
+    if event.what == "DeleteObject":
+        return str(params["Key"]).startswith(prefix)
+    return event.what == "BatchWriteItem" and live.get("connectionId") is not None
