@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundError
 from cleanup.operations.claim_check import StoredRecord, delete_stored, read_stored
 from cleanup.pipeline import Incoming, run_batch
@@ -159,7 +159,7 @@ def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
 def _dead_lettered(message: dict[str, Any]) -> Incoming:
     try:
         source = Source(message["source"]) if message.get("source") else None
-        number = message.get("sequenceNumber") if source is Source.KINESIS else None
+        number = message_record_id(message) if source is Source.KINESIS else None
         return read_record(message.get("record"), source, number)
     except (ValueError, RecordError) as exc:
         raise MessageFormatError(f"dead-letter message without a readable record: {exc}") from exc
