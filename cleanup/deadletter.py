@@ -26,7 +26,7 @@ from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
-from schemas.records import StreamRecord, UnreadableRecord
+from schemas.records import StreamRecord, UnreadableRecord, record_id, split_record_id
 from schemas.settings import CleanupMode
 
 if TYPE_CHECKING:
@@ -44,12 +44,18 @@ _SEQUENCE_NUMBER = re.compile(r"[0-9]{1,64}")
 
 
 def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, attempts: int = 1) -> str:
-    """The dead-letter message: the full record as received, why it failed, and after how many tries."""
+    """The dead-letter message: the full record as received, why it failed, and after how many tries.
+
+    The record's id is split into ``sequenceNumber`` and, for a record de-aggregated by the KCL,
+    ``subSequenceNumber`` (``schemas.records.record_id``): the sequence number is the stream's own.
+    """
     source = record.source.value if isinstance(record, StreamRecord) else None
+    number, sub = split_record_id(outcome.sequence_number)
     return json.dumps(
         {
             "format": MESSAGE_FORMAT,
-            "sequenceNumber": outcome.sequence_number,
+            "sequenceNumber": number,
+            **({"subSequenceNumber": sub} if sub is not None else {}),
             "eventID": outcome.event_id,
             "source": source,
             "error": outcome.error,
@@ -60,6 +66,14 @@ def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, atte
         },
         default=str,
     )
+
+
+def message_record_id(message: dict[str, Any]) -> str | None:
+    """The id of the record a dead-letter message carries (``sequenceNumber`` and ``subSequenceNumber``), if any."""
+    number, sub = message.get("sequenceNumber"), message.get("subSequenceNumber")
+    if not isinstance(number, str):
+        return None
+    return record_id(number, sub if isinstance(sub, int) and not isinstance(sub, bool) and sub > 0 else None)
 
 
 def dead_letter(

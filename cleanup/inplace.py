@@ -3,6 +3,8 @@
 Lambda's event source mapping retries a batch itself. The stream poller and the KCL record processor checkpoint
 their shards, so they retry in place, and both do it here, the same way:
 
+* Records are told apart by their id (``sequence_number``: the sequence number, with the sub-sequence number of a
+  record the KCL de-aggregated, ``schemas.records.record_id``), never by the stream's sequence number alone.
 * A batch is attempted again and again; each attempt runs, in order, only the records not yet done (clean, skipped
   or dead-lettered).
 * The checkpoint may move up to the record before the first one not done, never past it.
@@ -103,7 +105,7 @@ class InPlaceBatch:
 
     @property
     def waiting(self) -> list[str]:
-        """Sequence numbers of the records not done yet."""
+        """Ids of the records not done yet."""
         return [r.sequence_number for r in self.records[self._clean :] if r.sequence_number not in self._done]
 
     def attempt(self, deadline: Deadline | None = None, **where: str) -> Attempt:

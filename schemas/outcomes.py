@@ -53,6 +53,7 @@ class Outcome(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     sequence_number: str
+    """The record's id (``schemas.records.record_id``): outcomes are matched to records by it."""
     status: Status
     event_id: str | None = None
     event_name: str | None = None

@@ -8,6 +8,12 @@
   ``ApproximateCreationDateTimePrecision``), and the sequence number from the Kinesis record rather than from the
   payload. ``read_kinesis_data`` is the one decoder of that ``data``.
 
+A record is named by its ``sequence_number``, which is its id in the stream: the stream's sequence number, except for
+a record the KCL de-aggregated from a KPL aggregate. Such records share their Kinesis sequence number and differ by
+their sub-sequence number, so from sub-sequence number 1 on the id is ``<sequence number>/<sub-sequence number>``
+(``record_id``; ``split_record_id`` reverses it). Every outcome, retry, checkpoint and dead letter goes by that id,
+and a Lambda record, never aggregated, keeps the plain sequence number its batchItemFailures must name.
+
 The images stay in their AttributeValue JSON form here; ``schemas.attributes`` decodes them on demand.
 """
 
@@ -26,6 +32,17 @@ KINESIS_EVENT_SOURCE = "aws:kinesis"
 # A Kinesis-format creation time above this is in microseconds: as epoch milliseconds it would be after the year
 # 5000, as microseconds it is after 1973.
 _MICROSECONDS_FROM = 100_000_000_000_000
+
+
+def record_id(sequence_number: str, sub_sequence_number: int | None = None) -> str:
+    """The id of a record: its sequence number, with ``/<sub-sequence number>`` when that is above 0."""
+    return f"{sequence_number}/{sub_sequence_number}" if sub_sequence_number else sequence_number
+
+
+def split_record_id(identifier: str) -> tuple[str, int | None]:
+    """A record's sequence number and sub-sequence number (None when the id has none), from ``record_id``."""
+    number, _, sub = identifier.partition("/")
+    return (number, int(sub)) if sub.isdigit() else (identifier, None)
 
 
 class Source(StrEnum):
@@ -73,6 +90,7 @@ class StreamRecord(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     sequence_number: str
+    """The record's id (``record_id``): its sequence number, and its sub-sequence number when the KCL gave one."""
     event_id: str | None
     event_name: str | None
     source: Source

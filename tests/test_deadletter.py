@@ -155,7 +155,8 @@ def test_a_record_too_large_for_a_message_goes_through_s3_and_redrive_cleans_it(
     assert (code, json.loads(capsys.readouterr().out)) == (0, {"messages": 1, "deleted": 1, "kept": []})
     assert item["grantId"] not in stack.grant_ids()
     assert stack.objects(item["scratchPrefix"]) == []
-    assert stack.objects("dead-letter/") == []
+    # The record's object is gone; the marker saying it was redriven stays, for a duplicate of its message.
+    assert stack.objects("dead-letter/") == [stored.replace("dead-letter/", "dead-letter/redriven/", 1)]
     assert messages(queue) == []
 
 
@@ -213,20 +214,47 @@ def stored_message(stack: SessionStack, queue: str, session: str) -> tuple[dict[
     return item, key
 
 
-def test_a_message_whose_object_is_missing_is_kept_and_reported(
+def test_a_duplicate_message_of_a_stored_record_is_deleted_once_the_record_is_redriven(
+    worker_env: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A SendMessageBatch answer lost and the batch sent again: two messages name one stored record.
+    stack = worker_env
+    queue = new_queue(stack, MaximumMessageSize="4096")
+    item, key = stored_message(stack, queue, "twice")
+    [message] = messages(queue)
+    client("sqs").send_message(QueueUrl=queue, MessageBody=json.dumps(message))
+
+    first = redrive(capsys, queue)
+    second = redrive(capsys, queue)
+
+    assert first[0] == 0 and (first[1]["messages"], first[1]["deleted"], first[1]["duplicates"]) == (2, 2, 1)
+    assert second == (0, {"messages": 0, "deleted": 0, "kept": []})
+    assert messages(queue) == []
+    assert key not in stack.objects("dead-letter/")
+    assert item["grantId"] not in stack.grant_ids() and stack.objects(item["scratchPrefix"]) == []
+
+
+def test_a_message_whose_object_was_lost_otherwise_is_reported_once_and_kept_in_s3(
     worker_env: SessionStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stack = worker_env
     queue = new_queue(stack, MaximumMessageSize="4096")
     item, key = stored_message(stack, queue, "lost")
+    [message] = messages(queue)
     stack.s3.delete_object(Bucket=stack.bucket, Key=key)
 
-    code, summary = redrive(capsys, queue)
+    first = redrive(capsys, queue)
+    second = redrive(capsys, queue)
 
-    assert code == 1
-    [kept] = summary["kept"]
-    assert f"s3://{stack.bucket}/{key}" in kept["error"] and "missing" in kept["error"]
-    assert len(messages(queue)) == 1
+    assert first[0] == 1 and first[1]["kept"] == []
+    [lost] = first[1]["reportedLost"]
+    assert f"s3://{stack.bucket}/{key}" in lost["error"] and "missing" in lost["error"]
+    [report] = [k for k in stack.objects("dead-letter/lost/")]
+    assert report in lost["error"]
+    saved = json.loads(stack.s3.get_object(Bucket=stack.bucket, Key=report)["Body"].read())
+    assert saved["message"] == message
+    assert second == (0, {"messages": 0, "deleted": 0, "kept": []})
+    assert messages(queue) == []
     assert item["grantId"] in stack.grant_ids()
 
 

@@ -297,3 +297,24 @@ def test_a_dry_run_makes_no_checkpoint_and_deletes_nothing(stack, daemon):
     assert RETRY_METRIC not in child.stderr()  # the failing record is reported, not retried in place
     assert records[-1]["sequenceNumber"] in child.stderr()
     assert child.close() == 0
+
+
+def test_records_sharing_a_sequence_number_are_tracked_by_sub_sequence_number(stack, daemon):
+    # A KPL-aggregated Kinesis record is de-aggregated by the daemon into records with one sequence number and
+    # sub-sequence numbers 0, 1...: the failing one must hold the checkpoint and be dead-lettered on its own.
+    queue = new_queue()
+    good = stack.put_session("good")
+    bad = bad_session(stack, "bad")
+    records = deletes(stack, KinesisShard(), "good", "bad")
+    shared = records[-2]["sequenceNumber"]
+    records[-1].update(sequenceNumber=shared, subSequenceNumber=1)
+    child = daemon(DEAD_LETTER_QUEUE_URL=queue, MAX_RECORD_ATTEMPTS="3")
+
+    child.process_records(records)
+
+    [letter] = dead_letters(queue)
+    assert (letter["sequenceNumber"], letter.get("subSequenceNumber"), letter["attempts"]) == (shared, 1, 3)
+    assert [(r["sequenceNumber"], r["subSequenceNumber"]) for r in child.requests] == [(shared, 0), (shared, 1)]
+    assert child.stderr().count(RETRY_METRIC) == 2
+    assert stack.objects(good["scratchPrefix"]) == [] and stack.objects(bad) == [f"{bad}not-ours"]
+    assert child.close() == 0

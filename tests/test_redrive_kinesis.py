@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.operations.redrive import parse_message
 from tests.kcl_daemon import kinesis_payload
 from tests.queues import on_queue, redrive, send
 from tests.stack import SessionStack, client
@@ -151,3 +153,17 @@ def test_a_batch_of_a_deleted_kinesis_stream_is_lost_whole(
         {"first": "100", "last": "300", "why": "the stream or its shard no longer exists"}
     ]
     assert on_queue(queue) == [body]
+
+
+@pytest.mark.parametrize(("sub", "expected"), [(None, "4965"), (0, "4965"), (2, "4965/2")])
+def test_a_kcl_dead_letter_is_redriven_under_its_sequence_and_sub_sequence_numbers(
+    sub: int | None, expected: str
+) -> None:
+    payload = {"tableName": "t", "eventName": "REMOVE", "dynamodb": {"Keys": {"pk": {"S": "session#a"}}}}
+    message = {"format": MESSAGE_FORMAT, "sequenceNumber": "4965", "source": "kinesis", "record": payload}
+    if sub is not None:
+        message["subSequenceNumber"] = sub
+
+    record = parse_message(json.dumps(message))
+
+    assert getattr(record, "sequence_number", None) == expected

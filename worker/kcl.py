@@ -6,6 +6,9 @@ record's ``data`` is a DynamoDB change record; the batch goes through the same c
 
 Guarantees, per shard:
 
+* A record is named by its sequence number and sub-sequence number (``schemas.records.record_id``): records the
+  daemon de-aggregates from one KPL record share a sequence number, and each is retried, checkpointed, dead-lettered
+  and logged on its own.
 * The checkpoint never passes a record that is not clean. After every attempt at a batch it moves to the last record
   before the first one still failing.
 * Failed records are retried in place with backoff: amazon_kclpy acknowledges a batch even when the processor
@@ -33,7 +36,7 @@ from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
-from schemas.records import UnreadableRecord, read_kinesis_data
+from schemas.records import UnreadableRecord, read_kinesis_data, record_id
 from worker.exit_codes import ExitCode
 
 CHECKPOINT_TRIES = 6
@@ -126,7 +129,7 @@ class ShardProcessor:
         if not self.all_clean:
             log.error(
                 "shard ended with records not clean; SHARD_END not checkpointed, the shard will be processed again",
-                extra={"shardId": self.shard_id, "cleanThrough": self._clean_sequence()},
+                extra={"shardId": self.shard_id, "cleanThrough": self._clean_record()},
             )
             return
         self._checkpoint(shard_ended_input.checkpointer, None, None)
@@ -136,7 +139,7 @@ class ShardProcessor:
         """Checkpoint what is done before the daemon shuts down."""
         if self.clean_through is not None:
             self._checkpoint(shutdown_requested_input.checkpointer, *self.clean_through)
-        log.info("shutdown requested", extra={"shardId": self.shard_id, "cleanThrough": self._clean_sequence()})
+        log.info("shutdown requested", extra={"shardId": self.shard_id, "cleanThrough": self._clean_record()})
 
     # Checkpoints.
     def _checkpoint(self, checkpointer: Any, sequence_number: str | None, sub_sequence_number: int | None) -> None:
@@ -149,8 +152,10 @@ class ShardProcessor:
         def retryable(exc: BaseException) -> bool:
             return isinstance(exc, CheckpointError) and str(exc.value) in RETRYABLE_CHECKPOINT_ERRORS
 
+        at = record_id(sequence_number, sub_sequence_number) if sequence_number is not None else None
+
         def throttled(state: RetryCallState) -> None:
-            log.warning("checkpoint throttled; retrying", extra=self._checkpoint_line(state, sequence_number))
+            log.warning("checkpoint throttled; retrying", extra=self._checkpoint_line(state, at))
 
         retrying = Retrying(
             retry=retry_if_exception(retryable),
@@ -162,7 +167,7 @@ class ShardProcessor:
         try:
             retrying(checkpointer.checkpoint, sequence_number, sub_sequence_number)
         except CheckpointError as exc:
-            extra = {"shardId": self.shard_id, "sequenceNumber": sequence_number, "error": str(exc.value)}
+            extra = {"shardId": self.shard_id, "sequenceNumber": at, "error": str(exc.value)}
             if str(exc.value) in FINAL_CHECKPOINT_ERRORS:
                 self.can_checkpoint = False
                 log.warning("checkpointing stopped: the shard is being handed over or shut down", extra=extra)
@@ -180,17 +185,19 @@ class ShardProcessor:
             "attempt": state.attempt_number,
         }
 
-    def _clean_sequence(self) -> str | None:
-        return self.clean_through[0] if self.clean_through else None
+    def _clean_record(self) -> str | None:
+        return record_id(*self.clean_through) if self.clean_through else None
 
 
 def decode(record: Any) -> Incoming:
     """A Kinesis record's ``data`` (base64 JSON of a DynamoDB change record) as a stream record.
 
-    Anything else becomes an ``UnreadableRecord`` under the Kinesis sequence number: reported, never a crash. The
-    decoding is the Lambda handler's too (``schemas.records.read_kinesis_data``).
+    The record is named by its sequence number and sub-sequence number (``record_id``). Anything else becomes an
+    ``UnreadableRecord`` under that id: reported, never a crash. The decoding is the Lambda handler's too
+    (``schemas.records.read_kinesis_data``).
     """
-    number = str(record.sequence_number)
+    sub = record.sub_sequence_number
+    number = record_id(str(record.sequence_number), sub if isinstance(sub, int) and sub > 0 else None)
     try:
         return read_kinesis_data(record.data, number)
     except Exception as exc:  # the record boundary: one record must not take its batch down (amazon_kclpy would

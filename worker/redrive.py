@@ -1,14 +1,15 @@
 """``cleanup-worker redrive --queue-url URL``: clean again the batches an SQS queue says failed.
 
 The queue holds Lambda on-failure destination messages or this worker's dead-letter messages
-(``cleanup.operations.redrive`` reads both). A message is deleted only once every record it names is clean;
-otherwise it is kept, made visible again at the end of the run, and reported with its failed and lost records.
+(``cleanup.operations.redrive`` reads both). A message is deleted only once every record it names is clean
+(or, for a record stored in S3, once it is known to be redriven already, or lost and reported once); otherwise it is
+kept, made visible again at the end of the run, and reported with its failed and lost records.
 Redrive sends nothing to the dead-letter queue: the message it is redriving already holds the failure, and keeping
 it is what loses nothing. A dry run (CLEANUP_MODE=dry-run) plans every record and deletes no message and no stored
 record: it reports which messages an enforce run would delete.
 
-Exit code: 0 when every message was deleted (in a dry run: would be), 1 when some were kept, 2 on usage or
-configuration errors.
+Exit code: 0 when every message was deleted (in a dry run: would be) with its records clean, 1 when some were kept
+or a stored record was reported lost, 2 on usage or configuration errors.
 """
 
 from __future__ import annotations
@@ -61,15 +62,20 @@ class Report:
     dry_run: bool = False
 
     def summary(self) -> dict[str, Any]:
-        kept = [(message_id, result) for message_id, result in self.messages if not result.clean]
-        clean = len(self.messages) - len(kept)
+        kept = [(message_id, result) for message_id, result in self.messages if not result.settled]
+        settled = len(self.messages) - len(kept)
         summary: dict[str, Any] = {
             "messages": len(self.messages),
-            "deleted": 0 if self.dry_run else clean,
+            "deleted": 0 if self.dry_run else settled,
             "kept": [_kept(message_id, result) for message_id, result in kept],
         }
+        # Only when there are any: a stored record lost and reported (once), and duplicates of settled messages.
+        lost = [{"messageId": i, "error": r.gone} for i, r in self.messages if r.gone and r.settled]
+        duplicates = sum(1 for _, result in self.messages if result.duplicate)
+        summary.update({"reportedLost": lost} if lost else {})
+        summary.update({"duplicates": duplicates} if duplicates else {})
         if self.dry_run:
-            summary.update(dryRun=True, wouldDelete=clean)
+            summary.update(dryRun=True, wouldDelete=settled)
         return summary
 
 
@@ -94,7 +100,7 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
         for message in _messages(sqs, args.queue_url, args.wait_seconds):
             result = redrive(message["Body"], runtime)
             report.messages.append((message["MessageId"], result))
-            if result.clean and not report.dry_run:
+            if result.settled and not report.dry_run:
                 receipt = message["ReceiptHandle"]
                 call(sqs.delete_message, "DeleteMessage", None, QueueUrl=args.queue_url, ReceiptHandle=receipt)
             else:
@@ -150,15 +156,16 @@ def _print(report: Report, out: IO[str], *, as_json: bool) -> None:
         return
     for message_id, result in report.messages:
         cleaned = sum(1 for o in result.outcomes if not o.failed)
-        verdict = ("would be deleted" if report.dry_run else "deleted") if result.clean else "kept"
+        verdict = ("would be deleted" if report.dry_run else "deleted") if result.settled else "kept"
         print(f"{message_id}  {result.kind:<11}  {len(result.outcomes)} records, {cleaned} clean  {verdict}", file=out)
         for outcome in result.outcomes:
             if outcome.failed:
                 print(f"    failed {outcome.sequence_number}: {outcome.error}", file=out)
         for lost in result.lost:
             print(f"    lost {lost.first}..{lost.last}: {lost.why}", file=out)
-        if result.error:
-            print(f"    {result.error}", file=out)
+        for note in (result.duplicate, result.gone, result.error):
+            if note:
+                print(f"    {note}", file=out)
     if report.dry_run:
         done = f"dry run, nothing deleted: {summary['wouldDelete']} would be deleted"
     else:

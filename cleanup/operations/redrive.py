@@ -11,10 +11,12 @@ Two kinds of message name records to redo:
 * this worker's own dead-letter message (``cleanup.deadletter``), which carries the whole record, or, when the record
   was too large for a message, names the S3 object holding it (``recordObject``). That object is read back
   (GetObject), only from DEAD_LETTER_BUCKET under DEAD_LETTER_PREFIX and only by a key the worker makes, and deleted
-  once its record is clean; a missing object keeps the message.
+  once its record is clean, after a marker saying so (``cleanup.operations.claim_check``). A message whose object is
+  missing is a duplicate when the marker is there, and goes; with no marker the record was lost some other way: the
+  message is saved beside where the object was, reported once (``gone``), and goes.
 
-A message may be deleted only when ``MessageResult.clean``: every record in it cleaned or skipped, none lost, and
-its stored object (if any) deleted.
+A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or skipped, none lost, and
+its stored object (if any) deleted; or its stored record gone and reported.
 """
 
 from __future__ import annotations
@@ -23,9 +25,18 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundError
-from cleanup.operations.claim_check import StoredRecord, delete_stored, read_stored
+from cleanup.operations.claim_check import (
+    Settled,
+    StoredRecord,
+    delete_stored,
+    lost_advice,
+    marker_key,
+    read_stored,
+    report_lost,
+    settled,
+)
 from cleanup.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime
 from cleanup.streams.kinesis import read_shard_range
@@ -69,11 +80,26 @@ class MessageResult:
     lost: list[Lost] = field(default_factory=list)
     missing: int = 0
     error: str | None = None
+    duplicate: str | None = None
+    """The message repeats one already settled (its stored record redriven, or reported lost): nothing to do."""
+    gone: str | None = None
+    """The stored record is lost, not redriven: why, and what to do (the message is saved and reported once)."""
 
     @property
     def clean(self) -> bool:
-        """Every record cleaned or skipped, none lost: only then may the message go."""
-        return not self.error and not self.lost and not self.missing and not any(o.failed for o in self.outcomes)
+        """Every record cleaned or skipped, none lost."""
+        return (
+            not self.error
+            and not self.lost
+            and not self.missing
+            and not self.gone
+            and not any(o.failed for o in self.outcomes)
+        )
+
+    @property
+    def settled(self) -> bool:
+        """The message may go: it is clean, or its stored record is gone and its report saved."""
+        return self.clean or (self.gone is not None and not self.error)
 
 
 def redrive(body: str, runtime: Runtime) -> MessageResult:
@@ -86,29 +112,57 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
         message = parse_message(body)
     except MessageFormatError as exc:
         return MessageResult("unknown", error=str(exc))
+    if isinstance(message, StoredRecord):
+        return _redrive_stored(message, runtime)
     kind = "on-failure" if isinstance(message, BatchRange) else "dead-letter"
     try:
         records, result = _records(message, runtime)
     except CleanupError as exc:
         return MessageResult(kind, error=str(exc))
     result.outcomes = run_batch(records, runtime) if records else []
-    if isinstance(message, StoredRecord) and result.clean and runtime.settings.cleanup_mode is CleanupMode.ENFORCE:
-        try:
-            delete_stored(runtime, message)
-        except CleanupError as exc:
-            result.error = f"the record is clean but its object {message} could not be deleted: {exc}"
     return result
 
 
-def _records(message: BatchRange | StoredRecord | Incoming, runtime: Runtime) -> tuple[list[Incoming], MessageResult]:
+def _redrive_stored(stored: StoredRecord, runtime: Runtime) -> MessageResult:
+    """Clean the record an object holds, then mark it redriven and delete the object; or settle a missing one."""
+    enforce = runtime.settings.cleanup_mode is CleanupMode.ENFORCE
+    try:
+        whole = read_stored(runtime, stored)
+        if whole is None:
+            return _missing(stored, runtime, enforce=enforce)
+        result = MessageResult("dead-letter", outcomes=run_batch([_dead_lettered(whole)], runtime))
+    except CleanupError as exc:
+        return MessageResult("dead-letter", error=str(exc))
+    if result.clean and enforce:
+        try:
+            delete_stored(runtime, stored)
+        except CleanupError as exc:
+            result.error = f"the record is clean but its object {stored} could not be deleted: {exc}"
+    return result
+
+
+def _missing(stored: StoredRecord, runtime: Runtime, *, enforce: bool) -> MessageResult:
+    """A message whose object is missing: a duplicate of one settled (it goes), or a record lost, reported once.
+
+    Raises:
+        TransientError / PermanentError: the markers could not be read, or the report saved (the message stays).
+    """
+    state = settled(runtime, stored)
+    if state is Settled.REDRIVEN:
+        return MessageResult("dead-letter", duplicate=f"its record was already redriven (object {stored} deleted)")
+    if state is Settled.LOST:
+        return MessageResult("dead-letter", duplicate=f"its record's object {stored} was already reported lost")
+    saved = report_lost(runtime, stored) if enforce else marker_key(runtime, stored, Settled.LOST)
+    return MessageResult("dead-letter", gone=lost_advice(stored, saved, saved=enforce))
+
+
+def _records(message: BatchRange | Incoming, runtime: Runtime) -> tuple[list[Incoming], MessageResult]:
     if isinstance(message, BatchRange) and message.kinesis:
         records, lost, missing = read_kinesis_range(runtime.clients.kinesis, message)
         return records, MessageResult("on-failure", lost=lost, missing=missing)
     if isinstance(message, BatchRange):
         records, lost, missing = read_range(runtime.clients.streams, message)
         return records, MessageResult("on-failure", lost=lost, missing=missing)
-    if isinstance(message, StoredRecord):
-        return [_dead_lettered(read_stored(runtime, message))], MessageResult("dead-letter")
     return [message], MessageResult("dead-letter")
 
 
@@ -159,7 +213,7 @@ def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
 def _dead_lettered(message: dict[str, Any]) -> Incoming:
     try:
         source = Source(message["source"]) if message.get("source") else None
-        number = message.get("sequenceNumber") if source is Source.KINESIS else None
+        number = message_record_id(message) if source is Source.KINESIS else None
         return read_record(message.get("record"), source, number)
     except (ValueError, RecordError) as exc:
         raise MessageFormatError(f"dead-letter message without a readable record: {exc}") from exc
@@ -176,6 +230,7 @@ def _stored(message: dict[str, Any]) -> StoredRecord:
         where["key"],
         version if isinstance(version, str) and version else None,
         number if isinstance(number, str) else None,
+        message,
     )
 
 

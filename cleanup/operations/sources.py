@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cleanup.deadletter import MESSAGE_FORMAT
+from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.exceptions import SourceFileError
 from schemas.records import (
     RecordError,
@@ -188,8 +188,7 @@ def _dead_letter(message: dict[str, Any], where: Location) -> Entry:
         source = Source(message["source"]) if message.get("source") else None
     except ValueError:
         return Rejected(where, f"dead-letter message with an unknown source {message.get('source')!r}")
-    number = message.get("sequenceNumber")
-    sequence_number = number if source is Source.KINESIS and isinstance(number, str) else None
+    sequence_number = message_record_id(message) if source is Source.KINESIS else None
     return _entry(message.get("record"), source, sequence_number, Location(where.file, where.line, "record"))
 
 
