@@ -1,7 +1,8 @@
-"""The containers' health: ``cleanup-worker health`` for the poller and the KCL image, and the lease of a wedged poller."""
+"""Container health: ``cleanup-worker health`` for the poller and the KCL image, and the lease of a wedged poller."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from cleanup.streams.poller import StreamPoller
 from tests.kcl_daemon import FakeDaemon, KinesisShard, kinesis_payload
 from tests.waiting import WAIT_GUARD_SECONDS, wait_for
 from worker import cli
+from worker import health as health_command
 from worker.health import DAEMON_CLASS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,3 +274,16 @@ def test_kcl_health_fails_while_a_processor_holds_a_message_past_the_bound_and_r
 
     assert request["action"] == "checkpoint"
     assert (idle.returncode, answered.returncode) == (0, 0), (idle.stdout, answered.stdout)
+
+
+@pytest.mark.parametrize(("dockerfile", "kcl"), [("Dockerfile", False), ("Dockerfile.kcl", True)])
+def test_each_image_declares_a_healthcheck_running_the_health_command(dockerfile, kcl):
+    lines = (ROOT / "deploy" / "container" / dockerfile).read_text().splitlines()
+    healthchecks = [line for line in lines if line.startswith("HEALTHCHECK ")]
+    assert len(healthchecks) == 1
+    command = json.loads(healthchecks[0].split(" CMD ", 1)[1])
+
+    args = cli.build_parser("health").parse_args(command[1:])
+
+    assert command[0] == "cleanup-worker"
+    assert (args.handler, args.kcl) == (health_command.main, kcl)
