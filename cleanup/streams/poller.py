@@ -182,11 +182,13 @@ class StreamPoller:
 
     def _wait(self, seconds: float) -> None:
         end = self._clock() + max(0.0, seconds)
+        # In slices: the lease is renewed, and the loop's pulse kept fresh, however the two bounds are set.
+        slice_seconds = min(self.lease.lease_seconds / 4, self.progress.stale_after / 2)
         while not self._stopping.is_set() and (remaining := end - self._clock()) > 0:
             self.progress.beat()
             if self.lease.held:
                 self._ensure_lease()
-            self._sleep(min(remaining, self.lease.lease_seconds / 4))
+            self._sleep(min(remaining, slice_seconds))
 
     def _discover(self) -> None:
         try:
