@@ -170,6 +170,12 @@ class Settings(BaseSettings):
     dead-letter queue (if one is set) whatever its error: no shard waits for ever on one record."""
     shutdown_grace_seconds: float = Field(default=20.0, gt=0)
     """SHUTDOWN_GRACE_SECONDS: on SIGTERM/SIGINT, time allowed to finish the in-flight batch and checkpoint."""
+    health_file: str = "/tmp/cleanup-worker.health"
+    """HEALTH_FILE: touched each time the poller's loop comes round, for ``cleanup-worker health`` to read its age;
+    the KCL processors mark their unanswered messages beside it (``<HEALTH_FILE>.kcl-<pid>``)."""
+    health_stale_seconds: float | None = Field(default=None, gt=0)
+    """HEALTH_STALE_SECONDS: a poll loop (or KCL message) not come round (answered) for this long is wedged: the
+    health check fails and the poller no longer renews its lease. Unset: three LEASE_SECONDS."""
 
     # The sweeper.
     expiry_index: str = "expiry-index"
@@ -243,6 +249,11 @@ class Settings(BaseSettings):
         if level.upper() not in LOG_LEVELS:
             raise ValueError(f"LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL: {level!r}")
         return level
+
+    @property
+    def stale_after(self) -> float:
+        """HEALTH_STALE_SECONDS, or three LEASE_SECONDS: longer than a batch attempt throttled to its deadline."""
+        return self.health_stale_seconds or 3 * self.lease_seconds
 
     @property
     def dead_letter_store(self) -> str | None:

@@ -38,6 +38,7 @@ from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.records import UnreadableRecord, read_kinesis_data, record_id
 from worker.exit_codes import ExitCode
+from worker.health import MarkingCheckpointer, MessageMarker, Watched
 
 CHECKPOINT_TRIES = 6
 RETRYABLE_CHECKPOINT_ERRORS = frozenset({"ThrottlingException", "KinesisClientLibDependencyException"})
@@ -55,8 +56,12 @@ def main(args: argparse.Namespace) -> int:
 
     protocol = _claim_stdout()
     runtime = Runtime.from_env()  # logs go to stderr, as does everything written to fd 1 from here on
+    # The image's health check (``cleanup-worker health --kcl``) reads the marker of the message in hand.
+    marker = MessageMarker(runtime.settings.health_file)
     try:
-        kcl.KCLProcess(record_processor(runtime), input_file=sys.stdin, output_file=protocol).run()
+        process = kcl.KCLProcess(Watched(record_processor(runtime), marker), input_file=sys.stdin, output_file=protocol)
+        process.checkpointer = MarkingCheckpointer(process.checkpointer, marker)
+        process.run()
     finally:
         runtime.close()
     return ExitCode.OK

@@ -31,7 +31,7 @@ LEASE_SHARD = "#lease"
 
 
 class Lease:
-    """This consumer's view of the stream's lease. Thread-safe: a heartbeat thread renews it."""
+    """This consumer's view of the stream's lease. Thread-safe: a heartbeat thread renews it while the loop is alive."""
 
     def __init__(
         self,
@@ -188,10 +188,14 @@ class Lease:
 
 
 class Heartbeat:
-    """Renews a lease on a thread of its own, so that a long batch cannot outlive the lease."""
+    """Renews a lease on a thread of its own, so that a long batch cannot outlive the lease, but only while the
+    consumer's loop is alive (``alive()``, e.g. ``Progress.fresh``): a wedged loop lets the lease lapse, and a standby
+    takes it over LEASE_SECONDS after the last renewal, which comes at most the loop's staleness bound (plus a sixth of
+    LEASE_SECONDS, this thread's tick) after the loop last came round."""
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, alive: Callable[[], bool] = lambda: True) -> None:
         self._lease = lease
+        self._alive = alive
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
 
@@ -203,6 +207,12 @@ class Heartbeat:
         self._stop.set()
         self._thread.join()
 
+    def tick(self) -> bool:
+        """Renew if due and the loop is alive; False once the lease is lost (never renewed again by this thread)."""
+        if not self._alive():
+            return True  # not renewed: the lease lapses unless the loop comes back in time; the loop checks it
+        return self._lease.renew_if_due()
+
     def _run(self) -> None:
-        while not self._stop.wait(self._lease.lease_seconds / 6) and self._lease.renew_if_due():
+        while not self._stop.wait(self._lease.lease_seconds / 6) and self.tick():
             pass

@@ -4,7 +4,8 @@ A shard's step is one of: retry the records still failing, read a page, or finis
 turns on one thread (the pipeline cleans each batch's records concurrently); a failing shard waits out its backoff
 while the others go on. Everything runs under the stream's lease (``cleanup.streams.lease``); without it the poller
 stands by. A dry run writes nothing, so it takes no lease and creates no table: it reads the checkpoints (if the
-table exists) and runs beside the consumer that holds the lease, without delaying it.
+table exists) and runs beside the consumer that holds the lease, without delaying it. The loop's pulse
+(``cleanup.streams.progress``) is the container's health and the condition of the lease's renewal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cleanup.exceptions import LeaseLostError, StopRequested, StreamNotFoundError, TransientError
@@ -24,6 +26,7 @@ from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Heartbeat, Lease
+from cleanup.streams.progress import Progress
 from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, ShardReader, list_shards, startable
 from cleanup.streams.shard_state import BatchAttempts, Cursor, PollSummary
 from cleanup.telemetry import log
@@ -65,6 +68,7 @@ class StreamPoller:
             clock,
         )
         self.store = CheckpointStore(runtime.clients.dynamodb, settings.checkpoint_table, stream_arn, self.lease)
+        self.progress = Progress(settings.stale_after, Path(settings.health_file), clock)
         self._streams = streams if streams is not None else runtime.clients.streams
         self._clock = clock
         self._stopping = threading.Event()
@@ -88,6 +92,7 @@ class StreamPoller:
         Raises:
             CheckpointTableError: the checkpoint table refuses the worker (e.g. a missing permission).
         """
+        self.progress.beat()
         try:
             dynamodb, table = self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table
             if self._dry_run:
@@ -100,12 +105,13 @@ class StreamPoller:
             log.warning("stopped before the checkpoint table answered", extra={"consumer": self.consumer_id})
         finally:
             self.lease.release()
+            self.progress.clear()
         return self._summarise()
 
     def _consume_under_lease(self, until_idle: bool) -> None:
         while self._await_lease():
             try:
-                with Heartbeat(self.lease):
+                with Heartbeat(self.lease, alive=lambda: self.progress.fresh):
                     self._consume(until_idle)
                 return
             except LeaseLostError:
@@ -134,6 +140,7 @@ class StreamPoller:
     def _await_lease(self) -> bool:
         standing_by = False
         while not self._stopping.is_set():
+            self.progress.beat()
             try:
                 if self.lease.try_acquire():
                     return True
@@ -158,6 +165,7 @@ class StreamPoller:
         self._finished = {shard for shard, checkpoint in saved.items() if checkpoint.finished}
         next_discovery = self._clock()
         while not self._stopping.is_set():
+            self.progress.beat()
             if self._rediscover or self._clock() >= next_discovery:
                 self._discover()
                 next_discovery = self._clock() + self.runtime.settings.shard_discovery_seconds
@@ -174,10 +182,13 @@ class StreamPoller:
 
     def _wait(self, seconds: float) -> None:
         end = self._clock() + max(0.0, seconds)
+        # In slices: the lease is renewed, and the loop's pulse kept fresh, however the two bounds are set.
+        slice_seconds = min(self.lease.lease_seconds / 4, self.progress.stale_after / 2)
         while not self._stopping.is_set() and (remaining := end - self._clock()) > 0:
+            self.progress.beat()
             if self.lease.held:
                 self._ensure_lease()
-            self._sleep(min(remaining, self.lease.lease_seconds / 4))
+            self._sleep(min(remaining, slice_seconds))
 
     def _discover(self) -> None:
         try:
@@ -263,6 +274,7 @@ class StreamPoller:
 
     def _handle(self, cursor: Cursor) -> None:
         assert cursor.batch is not None
+        self._ensure_lease()  # again: the read before it may have outlasted the lease (a wedged call)
         clean_through = self._handler.handle(cursor)
         if clean_through is not None:
             cursor.checkpoint = clean_through
