@@ -18,6 +18,9 @@ passes through it, botocore's own retries included:
 * **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
   bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, BatchGetItem, ...) gets
   HTTP_TIMEOUT_SECONDS.
+* **Control calls apart.** Calls that name only the checkpoint table (the stream lease's renewals, checkpoints) have
+  gates of their own (``dynamodb-control``): a session table throttling under a flood of race reads cannot make a
+  lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
 * **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
   thread and client of the process. A timeout halves the limit (once per round of attempts in flight,
   additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up to
@@ -105,6 +108,7 @@ class CallScope:
     def __init__(self, deadline: Any) -> None:
         self.deadline = deadline
         self.long_poll = 0
+        self.tables: frozenset[str] = frozenset()  # the DynamoDB tables the call names
         self._attempt: tuple[Gate, int, float] | None = None  # gate, round taken in, when sent
 
     def hold(self, gate: Gate, taken_in: int) -> None:
@@ -145,6 +149,7 @@ class Pacer:
         self.short_timeout = settings.http_timeout_seconds
         self.bulk_timeout = settings.bulk_timeout_seconds
         self.max_wait = settings.call_wait_seconds
+        self._control_tables = frozenset({settings.checkpoint_table})
         self._ceiling = settings.max_concurrency
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
@@ -160,7 +165,7 @@ class Pacer:
 
     def attach(self, client: Any) -> None:
         """Pace every request ``client`` sends within a ``paced`` scope (``calls.call``); others are not paced."""
-        client.meta.events.register("before-parameter-build", _note_long_poll)
+        client.meta.events.register("before-parameter-build", _note_params)
         client.meta.events.register("before-send", self._before_send)
         client.meta.events.register_first("needs-retry", self._after_attempt)
 
@@ -173,7 +178,8 @@ class Pacer:
         spare = remaining - self.connect_timeout - MIN_READ_SECONDS
         if spare <= 0:
             raise OutOfTimeError(f"{operation}: not started, {max(0.0, remaining):.2f} s left before the deadline")
-        gate = self.gate(service)
+        control = scope.tables and scope.tables <= self._control_tables
+        gate = self.gate(f"{service}-control" if control else service)
         started = time.monotonic()
         patience = min(spare, self.max_wait)
         turn = gate.rate.reserve(started + patience)
@@ -221,11 +227,23 @@ class Pacer:
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
 
 
-def _note_long_poll(params: dict[str, Any], **_: Any) -> None:
-    wait = params.get("WaitTimeSeconds")
+def _note_params(params: dict[str, Any], **_: Any) -> None:
     scope = _scope_var.get()
-    if scope is not None and isinstance(wait, int) and wait > 0:
+    if scope is None:
+        return
+    wait = params.get("WaitTimeSeconds")
+    if isinstance(wait, int) and wait > 0:
         scope.long_poll = wait
+    scope.tables = _tables(params)
+
+
+def _tables(params: dict[str, Any]) -> frozenset[str]:
+    """The DynamoDB tables a request names (TableName, a batch's RequestItems, a transaction's items)."""
+    named = {params["TableName"]} if isinstance(params.get("TableName"), str) else set()
+    named |= set(params.get("RequestItems") or {})
+    for item in params.get("TransactItems") or ():
+        named |= {action["TableName"] for action in item.values() if "TableName" in action}
+    return frozenset(named)
 
 
 def _learn_rate(gate: Gate, sent: float, *, throttled: bool, answered: bool) -> None:
