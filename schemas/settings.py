@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     bulk_timeout_seconds: float = Field(default=30.0, gt=0)
     """BULK_TIMEOUT_SECONDS: read timeout of S3 listings and DeleteObjects, which can take seconds on real S3 (a
     listing across many delete markers, a DeleteObjects of 1,000 versions)."""
+    call_wait_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    """CALL_WAIT_SECONDS: the longest an AWS call waits for a turn or a concurrency slot of its service, where no
+    deadline bounds it sooner (poller, replay, redrive, sweeper, KCL); then it fails, transient."""
 
     # Telemetry.
     log_level: str = "INFO"

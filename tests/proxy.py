@@ -12,6 +12,8 @@ then decides, at a per-service or per-operation rate, whether to forward it or t
 * ``delay``: the request IS carried out upstream, and its answer held past the client's read timeout;
 * ``access-denied``: 400 ``AccessDeniedException`` (JSON services), 403 ``AccessDenied`` (S3): a permanent error, so
   not among the kinds a plan picks from unless it names it.
+* ``bad-gateway``, ``null-body``, ``list-body``: a 502 whose JSON body is not an object (``"Bad Gateway"``, ``null``,
+  ``[]``), as a load balancer in front of a service may answer; botocore's parser raises on it. Not picked by default.
 
 ``FaultPlan.latency`` slows chosen operations down without failing them (a slow dependency). ``FaultPlan.quotas``
 enforces a request quota on chosen operations, as AWS does: a token bucket refilled at the quota's rate and holding
@@ -42,6 +44,8 @@ KINDS = ("throttle", "too-many", "server-error", "reset", "delay")
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade", "expect", "content-length"}
 )
+GARBLED = {"bad-gateway": b'"Bad Gateway"', "null-body": b"null", "list-body": b"[]"}
+"""The 502 answers whose body is JSON but not an object, by kind."""
 JSON_THROTTLE = {"dynamodb": "ThrottlingException", "kms": "ThrottlingException", "sqs": "ThrottlingException"}
 
 
@@ -182,6 +186,8 @@ def _s3_operation(method: str, path: str, query: dict[str, list[str]]) -> str:
 
 def fault_response(kind: str, call: Call) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of an injected error, in the service's own protocol."""
+    if kind in GARBLED:
+        return 502, {"Content-Type": "application/x-amz-json-1.0"}, GARBLED[kind]
     status, code = {
         "throttle": (400, "ThrottlingException"),
         "too-many": (429, "TooManyRequestsException"),

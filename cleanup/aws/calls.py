@@ -1,7 +1,8 @@
 """Calling AWS: the worker's one wrapper around a boto3 client method.
 
-``call(client.list_objects_v2, "ListObjectsV2", deadline, Bucket=...)`` binds ``deadline`` for the call's duration
-(``cleanup.aws.pacing`` bounds every HTTP attempt by it) and translates botocore's errors into the worker's
+``call(client.list_objects_v2, "ListObjectsV2", deadline, Bucket=...)`` makes the call in a pacing scope
+(``cleanup.aws.pacing`` bounds every HTTP attempt by ``deadline`` and gives back what the call holds however it ends)
+and translates botocore's errors into the worker's
 (``cleanup.aws.aws_errors.translate``): transient, permanent, or out of time. ``call_or_gone`` also takes the error
 codes that mean "already done" (a 410 GoneException on a closed socket, a grant not found): it then returns None.
 
@@ -17,9 +18,9 @@ from typing import ParamSpec, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws.aws_errors import error_code, status_code, translate
-from cleanup.aws.pacing import deadline_var
+from cleanup.aws.pacing import paced
 from cleanup.aws.retry import Deadline
-from cleanup.exceptions import CleanupError
+from cleanup.exceptions import CleanupError, TransientError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,16 +30,19 @@ def call(method: Callable[P, R], what: str, deadline: Deadline | None, /, *args:
     """``method(*args, **kwargs)`` within ``deadline`` (None: no deadline).
 
     Raises:
-        TransientError: throttling, a server error, a timeout, or no time left before the deadline.
+        TransientError: throttling, a server error, a timeout, no time left before the deadline, or an unexpected
+            exception from inside botocore (its parser on a garbled answer, say), named with its type and message.
         PermanentError: anything retrying cannot fix (access denied, a bad request, ...).
     """
-    token = deadline_var.set(deadline)
     try:
-        return method(*args, **kwargs)
+        with paced(deadline):
+            return method(*args, **kwargs)
+    except CleanupError:
+        raise
     except (ClientError, BotoCoreError) as exc:
         raise translate(exc, what) from exc
-    finally:
-        deadline_var.reset(token)
+    except Exception as exc:  # not ours and not botocore's answer: the call failed, not the record's data
+        raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
 def call_or_gone(

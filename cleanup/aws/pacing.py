@@ -1,8 +1,15 @@
 """Pacing every AWS request: bounded by the caller's deadline, timed out per operation, and backing off under load.
 
-Hooked into each botocore client (``Pacer.attach``), so every HTTP attempt passes through it, botocore's own retries
-included:
+Hooked into each botocore client (``Pacer.attach``), so every HTTP attempt of a call made through ``calls.call``
+passes through it, botocore's own retries included:
 
+* **One scope per call.** ``calls.call`` opens a ``paced`` scope around the whole API call. Each attempt takes a
+  concurrency slot in ``before-send`` and gives it back in ``needs-retry`` (so a backoff holds none), and the scope
+  gives back whatever is still held when the call ends: an exception raised between the two hooks (botocore's parser
+  on a 502 whose body is ``"Bad Gateway"``, a hook) skips ``needs-retry`` but not the scope's end. Per-attempt state
+  lives in the scope, not in the request (older botocore's requests carry no ``context``).
+* **Every wait is bounded.** A turn or a slot is waited for until the caller's deadline, and never longer than
+  CALL_WAIT_SECONDS (the bound where there is no deadline: poller, replay, redrive, sweeper, KCL).
 * **Deadline.** ``calls.call`` binds the caller's deadline for the duration of a call. An attempt starts only when
   there is time for a connection and a minimal read; its read timeout is cut to the time left after a connection
   (whose own timeout is at most CONNECT_TIMEOUT_SECONDS); and when a failed
@@ -11,6 +18,9 @@ included:
 * **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
   bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, BatchGetItem, ...) gets
   HTTP_TIMEOUT_SECONDS.
+* **Control calls apart.** Calls that name only the checkpoint table (the stream lease's renewals, checkpoints) have
+  gates of their own (``dynamodb-control``): a session table throttling under a flood of race reads cannot make a
+  lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
 * **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
   thread and client of the process. A timeout halves the limit (once per round of attempts in flight,
   additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up to
@@ -29,6 +39,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -36,7 +48,7 @@ from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 
 from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code
 from cleanup.aws.rate import Rate
-from cleanup.exceptions import OutOfTimeError
+from cleanup.exceptions import CleanupError, OutOfTimeError, TransientError
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
@@ -45,11 +57,6 @@ CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a 
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
 RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carries x-amz-retry-after
-_SLOT = "cleanup.aws.pacing.slot"
-_LONG_POLL = "cleanup.aws.pacing.long_poll"
-
-deadline_var: ContextVar[Any] = ContextVar("cleanup_deadline", default=None)
-"""The deadline of the call in progress on this thread (a ``cleanup.aws.retry.Deadline``), bound by ``calls.call``."""
 
 
 class Gate:
@@ -91,6 +98,49 @@ class Gate:
             self._condition.notify_all()
 
 
+class CallScope:
+    """What one API call holds of the pacer: its deadline, and the slot of its attempt in flight, if any.
+
+    ``paced`` gives the slot back when the call ends, however it ends: botocore's parser raising on a garbled answer,
+    a hook raising, or anything else between the hook that takes the slot and the one that gives it back.
+    """
+
+    def __init__(self, deadline: Any) -> None:
+        self.deadline = deadline
+        self.long_poll = 0
+        self.tables: frozenset[str] = frozenset()  # the DynamoDB tables the call names
+        self._attempt: tuple[Gate, int, float] | None = None  # gate, round taken in, when sent
+
+    def hold(self, gate: Gate, taken_in: int) -> None:
+        self.give_back()  # a slot never outlives its attempt, even one that ended without a needs-retry
+        self._attempt = (gate, taken_in, time.monotonic())
+
+    def give_back(self, *, trouble: bool = False, success: bool = False) -> tuple[Gate, float] | None:
+        """Give the attempt's slot back (a no-op if none is held); its gate and when it was sent."""
+        attempt, self._attempt = self._attempt, None
+        if attempt is None:
+            return None
+        gate, taken_in, sent = attempt
+        gate.release(taken_in, trouble=trouble, success=success)
+        return gate, sent
+
+
+_scope_var: ContextVar[CallScope | None] = ContextVar("cleanup_call_scope", default=None)
+
+
+@contextmanager
+def paced(deadline: Any) -> Iterator[CallScope]:
+    """The scope of one API call made on this thread: its attempts are paced within ``deadline`` (a
+    ``cleanup.aws.retry.Deadline``, None: none), and whatever the call holds is given back when the scope ends."""
+    scope = CallScope(deadline)
+    token = _scope_var.set(scope)
+    try:
+        yield scope
+    finally:
+        scope.give_back()
+        _scope_var.reset(token)
+
+
 class Pacer:
     """The process's gates and timeouts, attached to every client it makes."""
 
@@ -98,6 +148,8 @@ class Pacer:
         self.connect_timeout = min(CONNECT_TIMEOUT_SECONDS, settings.http_timeout_seconds)
         self.short_timeout = settings.http_timeout_seconds
         self.bulk_timeout = settings.bulk_timeout_seconds
+        self.max_wait = settings.call_wait_seconds
+        self._control_tables = frozenset({settings.checkpoint_table})
         self._ceiling = settings.max_concurrency
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
@@ -112,63 +164,86 @@ class Pacer:
         return gate
 
     def attach(self, client: Any) -> None:
-        """Pace every request ``client`` sends."""
-        client.meta.events.register("before-parameter-build", _note_long_poll)
+        """Pace every request ``client`` sends within a ``paced`` scope (``calls.call``); others are not paced."""
+        client.meta.events.register("before-parameter-build", _note_params)
         client.meta.events.register("before-send", self._before_send)
         client.meta.events.register_first("needs-retry", self._after_attempt)
 
     def _before_send(self, request: Any, event_name: str, **_: Any) -> None:
+        scope = _scope_var.get()
+        if scope is None:
+            return
         service, operation = event_name.split(".")[1:3]
-        deadline = deadline_var.get()
-        remaining = math.inf if deadline is None else deadline.remaining()
+        remaining = math.inf if scope.deadline is None else scope.deadline.remaining()
         spare = remaining - self.connect_timeout - MIN_READ_SECONDS
         if spare <= 0:
             raise OutOfTimeError(f"{operation}: not started, {max(0.0, remaining):.2f} s left before the deadline")
-        gate = self.gate(service)
+        control = scope.tables and scope.tables <= self._control_tables
+        gate = self.gate(f"{service}-control" if control else service)
         started = time.monotonic()
-        turn = gate.rate.reserve(started + spare)
+        patience = min(spare, self.max_wait)
+        turn = gate.rate.reserve(started + patience)
         if turn is None:
-            raise OutOfTimeError(f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn before the deadline")
+            raise self._no_turn(operation, f"{service} accepts {gate.rate.limit:.1f}/s, no turn", spare)
         if turn > started:
             time.sleep(turn - started)
-        taken_in = gate.acquire(None if math.isinf(spare) else spare - (time.monotonic() - started))
+        taken_in = gate.acquire(patience - (time.monotonic() - started))
         if taken_in is None:
-            raise OutOfTimeError(f"{operation}: no {service} capacity came free before the deadline")
-        request.context[_SLOT] = (gate, taken_in, time.monotonic())
-        limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
-        limit += request.context.get(_LONG_POLL, 0)  # a long poll (SQS WaitTimeSeconds) answers at its end
-        request.context["read_timeout"] = min(limit, remaining - (time.monotonic() - started) - self.connect_timeout)
+            raise self._no_turn(operation, f"no {service} capacity came free", spare)
+        scope.hold(gate, taken_in)
+        context = getattr(request, "context", None)  # botocore before 1.43.68 has none: the pool's timeout applies
+        if context is not None:
+            limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
+            limit += scope.long_poll  # a long poll (SQS WaitTimeSeconds) answers at its end
+            context["read_timeout"] = min(limit, remaining - (time.monotonic() - started) - self.connect_timeout)
 
-    def _after_attempt(
-        self, response: Any, attempts: int, caught_exception: Any, request_dict: dict[str, Any], **kwargs: Any
-    ) -> None:
-        if isinstance(caught_exception, OutOfTimeError):
+    def _no_turn(self, operation: str, why: str, spare: float) -> TransientError:
+        """An attempt found no turn or slot in time: out of time when the deadline was the bound, else transient."""
+        if spare <= self.max_wait:
+            return OutOfTimeError(f"{operation}: {why} before the deadline")
+        return TransientError(f"{operation}: {why} within CALL_WAIT_SECONDS ({self.max_wait:g} s)")
+
+    def _after_attempt(self, response: Any, attempts: int, caught_exception: Any, **kwargs: Any) -> None:
+        if isinstance(caught_exception, CleanupError):
             raise caught_exception  # raised by _before_send: nothing was sent
-        slot = request_dict.get("context", {}).pop(_SLOT, None)
+        scope = _scope_var.get()
+        if scope is None:
+            return
         throttled = _throttled(response)
         failed = caught_exception is not None or _status(response) >= 400
-        if slot is not None:
-            gate, taken_in, sent = slot
-            gate.release(taken_in, trouble=_timed_out(caught_exception), success=not failed)
-            _learn_rate(gate, sent, throttled=throttled, answered=response is not None)
-        deadline = deadline_var.get()
+        attempt = scope.give_back(trouble=_timed_out(caught_exception), success=not failed)
+        if attempt is not None:
+            _learn_rate(*attempt, throttled=throttled, answered=response is not None)
         # Only an answer botocore would try again can run out of time; any other (a 410 Gone, access denied, a bad
         # request) is the call's answer, and is returned as such however little time is left.
         retryable = (
             caught_exception is not None or throttled or is_transient_code(_error_code(response), _status(response))
         )
-        if retryable and deadline is not None:
+        if retryable and scope.deadline is not None:
             backoff = min(2.0 ** (attempts - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + _retry_after(response)
-            if deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:
+            if scope.deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:
                 operation = kwargs["event_name"].rsplit(".", 1)[-1]
                 why = caught_exception or _error_code(response) or _status(response)
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
 
 
-def _note_long_poll(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+def _note_params(params: dict[str, Any], **_: Any) -> None:
+    scope = _scope_var.get()
+    if scope is None:
+        return
     wait = params.get("WaitTimeSeconds")
     if isinstance(wait, int) and wait > 0:
-        context[_LONG_POLL] = wait
+        scope.long_poll = wait
+    scope.tables = _tables(params)
+
+
+def _tables(params: dict[str, Any]) -> frozenset[str]:
+    """The DynamoDB tables a request names (TableName, a batch's RequestItems, a transaction's items)."""
+    named = {params["TableName"]} if isinstance(params.get("TableName"), str) else set()
+    named |= set(params.get("RequestItems") or {})
+    for item in params.get("TransactItems") or ():
+        named |= {action["TableName"] for action in item.values() if "TableName" in action}
+    return frozenset(named)
 
 
 def _learn_rate(gate: Gate, sent: float, *, throttled: bool, answered: bool) -> None:

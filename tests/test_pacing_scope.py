@@ -1,0 +1,135 @@
+"""Pacing gives back what it takes on every path: a call that raises anywhere between the slot's take and its
+give-back (a hook, botocore's parser on a garbled 502, botocore without a request context) leaves the gate as it found
+it, and the next calls still run. Every wait for a slot has a bound, with or without a deadline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSPreparedRequest
+
+from cleanup.aws.calls import call
+from cleanup.aws.retry import Deadline
+from cleanup.exceptions import OutOfTimeError, TransientError
+from schemas.settings import Settings
+from tests.proxy import GARBLED, FaultPlan, FaultProxy
+from tests.scenarios.helpers import ProxiedClients
+from tests.stack import SessionStack
+
+SLOTS = 2  # MAX_CONCURRENCY: a leak of this many slots stops every later call
+CALL_SECONDS = 3.0  # each call's deadline: a leaked gate shows as an OutOfTimeError, not a hang
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Injected(RuntimeError):
+    """Raised by a test hook inside botocore's handling of one attempt."""
+
+
+@pytest.fixture
+def proxy(aws: Any) -> Iterator[FaultProxy]:
+    with FaultProxy(aws.endpoint_url, FaultPlan(rate=0.0)) as running:
+        yield running
+
+
+def settings_for(stack: SessionStack, **overrides: Any) -> Settings:
+    return stack.settings(**{"max_concurrency": SLOTS, "botocore_max_attempts": 1, **overrides})
+
+
+def describe(clients: ProxiedClients, stack: SessionStack, deadline: Deadline | None = None) -> dict[str, Any]:
+    answer = call(
+        clients.dynamodb.describe_table,
+        "DescribeTable",
+        deadline or Deadline.after(CALL_SECONDS),
+        TableName=stack.table,
+    )
+    return dict(answer)
+
+
+def failure(attempt: Callable[[], object]) -> BaseException:
+    try:
+        attempt()
+    except Exception as exc:
+        return exc
+    raise AssertionError("the call did not fail")
+
+
+def raising(*_: Any, **__: Any) -> None:
+    raise Injected("injected by the test")
+
+
+@pytest.mark.parametrize("kind", sorted(GARBLED))
+def test_calls_still_run_after_more_garbled_502s_than_slots(stack: SessionStack, proxy: FaultProxy, kind: str) -> None:
+    clients = ProxiedClients(settings_for(stack), proxy.url)
+    proxy.plan.rates["dynamodb:DescribeTable"] = 1.0
+    proxy.plan.kinds = (kind,)
+    errors = [failure(lambda: describe(clients, stack)) for _ in range(SLOTS + 2)]
+
+    proxy.plan.enabled = False
+    answer = describe(clients, stack)
+
+    assert answer["Table"]["TableName"] == stack.table
+    assert all(type(error) is TransientError for error in errors), errors
+    assert all("DescribeTable" in str(error) for error in errors)
+
+
+@pytest.mark.parametrize("event", ["before-send", "before-parse", "response-received", "needs-retry"])
+def test_calls_still_run_after_a_hook_raises_between_take_and_give_back(
+    stack: SessionStack, proxy: FaultProxy, event: str
+) -> None:
+    clients = ProxiedClients(settings_for(stack), proxy.url)
+    events = clients.dynamodb.meta.events
+    # Registered after the pacer's hooks: before-send runs once the slot is taken; first among needs-retry's handlers
+    # of this operation, so that it runs before the pacer's give-back.
+    events.register_first(f"{event}.dynamodb.DescribeTable", raising, unique_id="test-raise")
+    errors = [failure(lambda: describe(clients, stack)) for _ in range(SLOTS + 2)]
+
+    events.unregister(f"{event}.dynamodb.DescribeTable", unique_id="test-raise")
+    answer = describe(clients, stack)
+
+    assert answer["Table"]["TableName"] == stack.table
+    assert all(isinstance(error, TransientError) for error in errors), errors
+    assert all("Injected: injected by the test" in str(error) for error in errors), errors
+
+
+def test_calls_run_with_a_botocore_whose_requests_have_no_context(
+    stack: SessionStack, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clients = ProxiedClients(settings_for(stack), proxy.url)
+    prepare = AWSPreparedRequest.__init__
+
+    def without_context(self: AWSPreparedRequest, *args: Any, **kwargs: Any) -> None:
+        prepare(self, *args, **kwargs)
+        del self.context  # botocore before 1.43.68: AWSPreparedRequest has no context
+
+    monkeypatch.setattr(AWSPreparedRequest, "__init__", without_context)
+
+    answers = [describe(clients, stack) for _ in range(SLOTS + 2)]
+
+    assert [answer["Table"]["TableName"] for answer in answers] == [stack.table] * (SLOTS + 2)
+
+
+def test_without_a_deadline_a_wait_for_a_slot_ends_at_call_wait_seconds(stack: SessionStack, proxy: FaultProxy) -> None:
+    clients = ProxiedClients(settings_for(stack, max_concurrency=1, call_wait_seconds=0.2), proxy.url)
+    proxy.plan.latency["dynamodb:ListTables"] = 2.0  # the one slot is held this long by a listing
+    dynamodb = clients.dynamodb  # made before the race (making a client holds a lock)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        holder = pool.submit(lambda: call(dynamodb.list_tables, "ListTables", None))
+        waiter = failure(lambda: describe_when_busy(clients, stack))
+        held = holder.result()
+
+    assert "TableNames" in held  # the holder kept its slot and was answered
+    assert isinstance(waiter, TransientError) and not isinstance(waiter, OutOfTimeError)
+    assert "CALL_WAIT_SECONDS" in str(waiter)
+
+
+def describe_when_busy(clients: ProxiedClients, stack: SessionStack) -> None:
+    gate = clients.pacer.gate("dynamodb")
+    while gate.in_flight < gate.limit:  # the holder's attempt has its slot once it is in flight
+        time.sleep(0.01)
+    describe(clients, stack, Deadline())
