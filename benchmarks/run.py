@@ -213,6 +213,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--big", action="store_true", help=f"also a prefix of {BIG_PREFIX:,} objects (~2 minutes)")
     parser.add_argument("--before", default=BEFORE, help=f"the commit to compare CPU with (default {BEFORE})")
+    parser.add_argument(
+        "--own-costs",
+        action="store_true",
+        help="only sections 7 and 8 (the stub AWS, before and after)",
+    )
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.big:
@@ -225,6 +230,9 @@ def main() -> int:
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}; "
         f"load average at start {os.getloadavg()[0]:.1f}\n"
     )
+    if args.own_costs:
+        own_costs(sizes, args.before)
+        return 0
     with World() as world:
         gateway = urlsplit(world.endpoints["gateway"])
         with (

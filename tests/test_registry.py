@@ -278,3 +278,27 @@ def test_a_registry_failure_fails_the_record_and_counts_as_an_action_failure(sta
     assert [(doc["Action"], doc["ActionFailures"]) for doc in failures] == [(registry.ACTION, 1)]
     assert stack.objects(item["scratchPrefix"]) == [] and item["grantId"] not in stack.grant_ids()
     assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS
+
+
+def test_a_session_back_on_its_connection_between_two_batches_keeps_its_other_rooms(
+    stack: SessionStack, rooms: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fence reads the live item before every BatchWriteItem: the user back on the same connection after the
+    # first batch of 25 keeps the five rooms left, and the record is tried again against the item as it is then.
+    old = stack.put_session("dead", connection_id="conn-dead")
+    stack.delete("dead")
+    runtime = runtime_for(stack, rooms)
+    writes: list[int] = []
+
+    def back_after_the_first_batch(**_: object) -> None:
+        writes.append(1)
+        if len(writes) == 1:
+            stack.put_item(old)
+
+    runtime.clients.dynamodb.meta.events.register("before-call.dynamodb.BatchWriteItem", back_after_the_first_batch)
+
+    outcome = clean(stack, rooms, runtime=runtime)
+
+    assert len(memberships(stack, rooms)["conn-dead"]) == ROOMS - 25
+    assert action(outcome).status is ActionStatus.KEPT and action(outcome).detail["memberships"] == 25
+    assert outcome.status is Status.FAILED and not outcome.permanent
