@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.operations.redrive import MessageResult, redrive
-from cleanup.runtime import Runtime
+from cleanup.runtime import Runtime, require_session_table
 from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
 
@@ -50,6 +50,7 @@ def main(args: argparse.Namespace) -> int:
     """Redrive every message on the queue with the settings from the environment."""
     runtime = Runtime.from_env(dead_letter_queue_url=None)
     try:
+        require_session_table(runtime.settings)
         return run(args, runtime)
     finally:
         runtime.close()
