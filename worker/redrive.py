@@ -7,6 +7,9 @@ Redrive sends nothing to the dead-letter queue: the message it is redriving alre
 it is what loses nothing. A dry run (CLEANUP_MODE=dry-run) plans every record and deletes no message and no stored
 record: it reports which messages an enforce run would delete.
 
+Only SESSION_TABLE's records are sessions (a message may name any table or stream): without it the command refuses
+to start.
+
 Exit code: 0 when every message was deleted (in a dry run: would be), 1 when some were kept, 2 on usage or
 configuration errors.
 """

@@ -5,6 +5,8 @@ The files may be Lambda events, GetRecords responses, JSON lines of records (as 
 anything: the only calls made are reads (BatchGetItem, GetBucketVersioning, the listing that counts what would be
 deleted).
 
+Only SESSION_TABLE's records are sessions (a file may name any table): without it the command refuses to start.
+
 Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors.
 """
 
