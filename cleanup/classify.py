@@ -1,9 +1,10 @@
 """Classification: is this record a session to clean, and why was it deleted?
 
-Only the session table's items are sessions. A DynamoDB stream carries one table's changes, but a Kinesis data
-stream (Kinesis Data Streams for DynamoDB) may carry several tables', each record naming its own: such a record is a
-session only when it names SESSION_TABLE, and cannot be judged at all without it. The connection registry's items
-carry a connection id too, and are never sessions, whatever stream brings them.
+Only SESSION_TABLE's items are sessions. A record names its table (a DynamoDB stream's through ``eventSourceARN``,
+a Kinesis data stream's through ``tableName``), but a replayed file or a redriven message may name any: a record is a
+session only when the table it names is SESSION_TABLE, and cannot be judged at all without SESSION_TABLE (the Lambda
+handler sets it to its mapping's table when the environment leaves it unset). The connection registry's items carry a
+connection id too, and are never sessions, whatever stream brings them.
 """
 
 from __future__ import annotations
@@ -93,24 +94,27 @@ def _check_keys(record: StreamRecord, old_image: dict[str, Any]) -> None:
 
 
 def _other_table(record: StreamRecord, settings: Settings) -> str | None:
-    """Why ``record`` is not from the session table (None: it is, or its stream holds no other).
+    """Why ``record`` is not an item of SESSION_TABLE (None: it is, as far as it says).
+
+    A record naming no table is taken as SESSION_TABLE's when it comes from a DynamoDB stream (a GetRecords response
+    names none): the race check reads SESSION_TABLE under its keys, whatever the record says.
 
     Raises:
-        BadRecordError: a Kinesis record that names no table, or SESSION_TABLE is not set to tell.
+        BadRecordError: SESSION_TABLE is not set, so whose item the record is cannot be trusted; or a Kinesis record
+            names no table.
     """
     table = record.table
     if table is not None and table == settings.registry_table:
         return f"not a session: an item of the registry table {table!r}"
-    if record.source is not Source.KINESIS:
-        return None
-    if table is None:
-        raise BadRecordError("Kinesis record names no table (tableName): whose item it is cannot be told")
     if settings.session_table is None:
         raise BadRecordError(
-            f"Kinesis record of table {table!r} and SESSION_TABLE is not set: a Kinesis stream can carry several "
-            "tables' changes, so set SESSION_TABLE to the table that holds the sessions"
+            f"record of table {table or 'unnamed'!r} and SESSION_TABLE is not set: a record's own table is not "
+            "trusted (a replayed file or a message may name any), so set SESSION_TABLE to the table that holds the "
+            "sessions"
         )
-    if table != settings.session_table:
+    if table is None and record.source is Source.KINESIS:
+        raise BadRecordError("Kinesis record names no table (tableName): whose item it is cannot be told")
+    if table is not None and table != settings.session_table:
         return f"not a session: an item of table {table!r}, not of SESSION_TABLE {settings.session_table!r}"
     return None
 

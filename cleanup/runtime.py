@@ -86,6 +86,23 @@ class Runtime:
         self._message_limits: AskedOnce[int] = AskedOnce()
         self._table_keys: AskedOnce[tuple[str, ...]] = AskedOnce()
         self._executor: ThreadPoolExecutor | None = None
+        self._for_tables: dict[str, Runtime] = {}
+
+    def with_session_table(self, table: str) -> Runtime:
+        """This runtime, or one like it (same clients and metrics) whose SESSION_TABLE is ``table`` when the
+        environment left it unset; kept for the next call.
+
+        Only an entry point whose source of records names its table trustworthily uses it: the Lambda handler (the
+        event source mapping's stream) and the stream poller (the stream on its command line).
+        """
+        if self.settings.session_table is not None:
+            return self
+        with self._lock:
+            runtime = self._for_tables.get(table)
+            if runtime is None:
+                settings = self.settings.model_copy(update={"session_table": table})
+                runtime = self._for_tables[table] = Runtime(settings, self.clients, self.metrics)
+            return runtime
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -147,6 +164,9 @@ class Runtime:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
+            derived, self._for_tables = list(self._for_tables.values()), {}
+        for runtime in derived:
+            runtime.close()
 
 
 class WarmRuntime:
@@ -184,6 +204,20 @@ class WarmRuntime:
         if self._runtime is not None:
             self._runtime.close()
         self._runtime = None
+
+
+def require_session_table(settings: Settings) -> str:
+    """SESSION_TABLE, which a command cleaning records from files or messages (replay, redrive) must have: such a
+    record may name any table, and only SESSION_TABLE's items are sessions.
+
+    Raises:
+        ConfigurationError: SESSION_TABLE is not set.
+    """
+    if settings.session_table is None:
+        raise ConfigurationError(
+            {"SESSION_TABLE": "not set; records from files or messages are trusted only as items of this table"}
+        )
+    return settings.session_table
 
 
 def configuration_error(exc: ValidationError) -> ConfigurationError:

@@ -108,9 +108,14 @@ class StreamRecord(BaseModel):
     @property
     def table(self) -> str | None:
         """The table the record came from: named by the stream ARN, else by the Kinesis payload."""
-        if self.event_source_arn and ":table/" in self.event_source_arn:
-            return self.event_source_arn.split(":table/", 1)[1].split("/", 1)[0]
-        return self.table_name
+        return stream_table(self.event_source_arn) or self.table_name
+
+
+def stream_table(stream_arn: str | None) -> str | None:
+    """The table a DynamoDB stream's ARN names (``arn:...:table/<name>/stream/<label>``); None for any other ARN."""
+    if stream_arn and ":table/" in stream_arn:
+        return stream_arn.split(":table/", 1)[1].split("/", 1)[0] or None
+    return None
 
 
 class _Change(BaseModel):

@@ -96,7 +96,8 @@ class Settings(BaseSettings):
     """ALLOWED_KMS_KEY_IDS: comma-separated key ARNs an item's kmsKeyId may name besides KMS_KEY_ID; a grant on any
     other key is kept (RetireGrant is authorised by the grant, so IAM cannot limit the keys: this list does)."""
     session_table: str | None = None
-    """SESSION_TABLE: table for the reconnect race check when the record does not name its table."""
+    """SESSION_TABLE: the table holding the sessions; a record of any other table is skipped. Unset, only the Lambda
+    handler and the stream poller clean (taking their stream's table); replay and redrive refuse to start."""
     session_key_prefix: str | None = None
     """SESSION_KEY_PREFIX: only items whose partition key starts with this (e.g. ``session#``) are sessions."""
     session_sort_key: str | None = None

@@ -107,20 +107,20 @@ def test_following_keeps_writing_new_records_until_stopped(worker_env):
     assert written == as_captured(stack)
 
 
-def test_a_replayed_capture_reads_the_live_items_of_the_captured_table(worker_env, monkeypatch, tmp_path):
+def test_a_replayed_capture_of_another_table_than_session_table_frees_nothing(worker_env, monkeypatch, tmp_path):
     stack = worker_env
     item = stack.put_session("re")
     stack.delete("re")
     stack.put_item(item)  # reconnected: the live item holds the same grant and prefix again
     other = f"{stack.table}-other"
     create_session_table(stack.ddb, other, view_type=None, ttl=False)
-    monkeypatch.setenv("SESSION_TABLE", other)  # the race check's fallback, a table without that item
+    monkeypatch.setenv("SESSION_TABLE", other)  # the sessions are elsewhere: the captured table's records are not
     out = tmp_path / "capture.jsonl"
     assert cli.main(["capture", "--table-name", stack.table, "--out", str(out)]) == 0
 
     code = cli.main(["replay", str(out)])
 
     assert code == 0
-    assert item["grantId"] in stack.grant_ids()  # the race check read the captured table, where the session lives
+    assert item["grantId"] in stack.grant_ids()  # skipped as another table's, not read in SESSION_TABLE and freed
     assert len(stack.objects(item["scratchPrefix"])) == 3
     assert {line.get("eventSourceARN") for line in lines(out)} == {stack.stream_arn}

@@ -24,7 +24,12 @@ from schemas.outcomes import Status
 from schemas.records import RecordError, Source, StreamRecord, UnreadableRecord, read_record, sequence_number_of
 from schemas.settings import Settings
 
-SETTINGS = Settings(scratch_bucket="scratch", kms_key_id="arn:aws:kms:us-east-1:123456789012:key/k", race_check=True)
+SETTINGS = Settings(
+    scratch_bucket="scratch",
+    kms_key_id="arn:aws:kms:us-east-1:123456789012:key/k",
+    session_table="sessions",
+    race_check=True,
+)
 SESSION_ATTRIBUTES = ("connectionId", "scratchPrefix", "grantId", "tenantId", "ttl", "kmsKeyId", "callbackUrl")
 
 json_values = st.recursive(

@@ -17,7 +17,7 @@ from schemas.settings import Settings
 
 NOW = 1_800_000_000
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/sessions/stream/2026-11-29T00:00:00.000"
-SETTINGS = Settings(scratch_bucket="scratch")
+SETTINGS = Settings(scratch_bucket="scratch", session_table="sessions")
 
 
 def change(event_name: str = "REMOVE", *, ttl: int = NOW + 600, created: float = NOW, **fields: Any) -> dict[str, Any]:
@@ -136,7 +136,7 @@ def test_an_entity_without_session_attributes_is_not_a_session() -> None:
 
 
 def test_a_key_outside_the_session_key_prefix_is_not_a_session() -> None:
-    decision = classify(parse_record(change()), Settings(scratch_bucket="scratch", session_key_prefix="sess:"))
+    decision = classify(parse_record(change()), SETTINGS.model_copy(update={"session_key_prefix": "sess:"}))
     assert decision.session is None
 
 
@@ -158,7 +158,7 @@ def test_attribute_names_are_configurable() -> None:
     raw = change()
     old = raw["dynamodb"]["OldImage"]
     old["socket"] = old.pop("connectionId")
-    settings = Settings(scratch_bucket="scratch", attributes={"connection_id": "socket"})
+    settings = Settings(scratch_bucket="scratch", session_table="sessions", attributes={"connection_id": "socket"})
     decision = classify(parse_record(raw), settings)
     assert decision.session is not None
     assert decision.session.connection_id == "c-1="
@@ -178,14 +178,15 @@ def test_an_item_of_the_registry_table_is_never_a_session_whatever_stream_brings
     decision = classify(record, Settings(scratch_bucket="scratch", registry_table="rooms"))
 
     assert decision.session is None and "registry table 'rooms'" in (decision.skip_reason or "")
-    assert classify(record, SETTINGS).session is not None  # without a registry: a table of its own stream
+    alone = Settings(scratch_bucket="scratch", session_table="rooms")
+    assert classify(record, alone).session is not None  # without a registry setting: a table like any other
 
 
 @pytest.mark.parametrize(
     ("fields", "settings", "error"),
     [
         ({}, Settings(scratch_bucket="scratch", session_table="sessions"), "names no table"),
-        ({"tableName": "sessions"}, SETTINGS, "SESSION_TABLE is not set"),
+        ({"tableName": "sessions"}, Settings(scratch_bucket="scratch"), "SESSION_TABLE is not set"),
     ],
     ids=["no table named", "no SESSION_TABLE"],
 )
@@ -214,3 +215,27 @@ def test_a_record_whose_keys_are_not_its_old_images_fails_and_frees_nothing(keys
 
     with pytest.raises(BadRecordError, match=error):
         classify(parse_record(raw), SETTINGS)
+
+
+def test_a_dynamodb_record_of_another_table_is_skipped() -> None:
+    record = parse_record({**change(), "eventSourceARN": ARN.replace("table/sessions/", "table/orders/")})
+
+    decision = classify(record, SETTINGS)
+
+    assert decision.session is None
+    assert decision.skip_reason == "not a session: an item of table 'orders', not of SESSION_TABLE 'sessions'"
+
+
+@pytest.mark.parametrize("fields", [{"eventSourceARN": ARN}, {}], ids=["named by its stream", "no table named"])
+def test_without_session_table_no_dynamodb_record_is_trusted(fields: dict[str, Any]) -> None:
+    record = parse_record({**change(), **fields})
+
+    with pytest.raises(BadRecordError, match="SESSION_TABLE is not set"):
+        classify(record, Settings(scratch_bucket="scratch"))
+
+
+def test_a_dynamodb_record_naming_no_table_is_taken_as_session_tables() -> None:
+    # A GetRecords response names no table; the race check then reads SESSION_TABLE under the record's keys.
+    decision = classify(parse_record(change(), Source.STREAMS), SETTINGS)
+
+    assert decision.session is not None and decision.session.grant_id == "g-1"

@@ -127,8 +127,9 @@ def test_records_trimmed_from_the_stream_are_reported_lost_and_the_message_kept(
     assert on_queue(queue) == [body]
 
 
-def test_a_batch_of_a_deleted_stream_is_lost_whole(worker_env, queue, capsys):
+def test_a_batch_of_a_deleted_stream_is_lost_whole(worker_env, queue, capsys, monkeypatch):
     stack = worker_env
+    monkeypatch.setenv("SESSION_TABLE", f"{stack.table}-deleted")  # the session table, deleted with its stream
     gone_arn = stack.stream_arn.replace(stack.table, f"{stack.table}-deleted")
     body = on_failure(stack, [{"dynamodb": {"SequenceNumber": "100"}}, {"dynamodb": {"SequenceNumber": "300"}}])
     body = body.replace(stack.stream_arn, gone_arn)

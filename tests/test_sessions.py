@@ -13,6 +13,7 @@ from cleanup.expiry.write_path import (
     end_session,
     expiry_bucket,
     expiry_buckets,
+    live_session,
     session_key,
     touch_session,
 )
@@ -128,6 +129,31 @@ def test_touch_does_not_resurrect_an_ended_session(indexed: SessionStack) -> Non
 
     assert refreshed is False
     assert get(indexed, "s1") is None
+
+
+def test_touch_does_not_revive_a_session_whose_ttl_has_passed(indexed: SessionStack) -> None:
+    # TTL deletes days late: until then the expired item is still there, and a touch must not bring it back.
+    new_session(indexed, "s1", ttl_seconds=600)
+
+    refreshed = touch_session(indexed.ddb, indexed.table, "s1", ttl_seconds=3600, now=NOW + 601)
+
+    stored = get(indexed, "s1")
+    assert refreshed is False
+    assert stored is not None and stored["ttl"] == {"N": str(NOW + 600)}
+    assert in_bucket(indexed, "1699999200") == ["session#s1"]
+
+
+def test_live_session_treats_an_item_past_its_ttl_as_gone(indexed: SessionStack) -> None:
+    new_session(indexed, "expired", ttl_seconds=600)
+    new_session(indexed, "live", ttl_seconds=3600)
+
+    expired = live_session(indexed.ddb, indexed.table, "expired", now=NOW + 601)
+    live = live_session(indexed.ddb, indexed.table, "live", now=NOW + 601)
+    absent = live_session(indexed.ddb, indexed.table, "never", now=NOW)
+
+    assert expired is None and absent is None
+    assert live is not None and live["connectionId"] == {"S": "conn-live"} and live["ttl"] == {"N": str(NOW + 3600)}
+    assert get(indexed, "expired") is not None  # only TTL or the sweeper deletes it: the read just ignores it
 
 
 def test_end_deletes_the_item_and_the_stream_reports_an_explicit_delete(indexed: SessionStack) -> None:

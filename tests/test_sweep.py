@@ -94,20 +94,22 @@ def test_one_sweep_deletes_every_expired_session_and_no_live_one(indexed: Sessio
 
 
 def test_a_session_refreshed_between_query_and_delete_is_kept(indexed: SessionStack) -> None:
-    session(indexed, "busy", expires_in=-30)
-    session(indexed, "idle", expires_in=-30)
+    # The sweep's clock runs 15 minutes ahead of the application's: to it both sessions have expired, while the
+    # application still sees them live (a touch never revives a session whose ttl has passed by its own clock).
+    session(indexed, "busy", expires_in=600)
+    session(indexed, "idle", expires_in=600)
     rt = runtime(indexed)
 
     def heartbeat(params: dict[str, Any], **_: Any) -> None:
         # Runs after the sweep's query read ttl, just before its DeleteItem is sent: the user came back.
         if params["Key"]["pk"]["S"] == "session#busy":
-            touch_session(indexed.ddb, indexed.table, "busy", ttl_seconds=3600)
+            assert touch_session(indexed.ddb, indexed.table, "busy", ttl_seconds=3600)
 
     rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.DeleteItem", heartbeat)
-    report = sweep(rt)
+    report = sweep(rt, now=int(time.time()) + 900)
 
     busy = get(indexed, "busy")
-    assert busy is not None and int(busy["ttl"]["N"]) > time.time()
+    assert busy is not None and int(busy["ttl"]["N"]) > time.time() + 900
     assert get(indexed, "idle") is None
     assert (report.verdicts[Verdict.KEPT], report.verdicts[Verdict.SWEPT]) == (1, 1)
 

@@ -426,3 +426,30 @@ def test_the_sweeper_may_delete_only_items_under_the_session_key_prefix(prefixed
         assert leading == [{"Fn::Sub": "${SessionKeyPrefix}*"}]
     else:
         assert "Condition" not in delete or delete["Condition"] == NO_VALUE
+
+
+def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
+    # Redrive cleans what these queues' messages name: a message from anyone else could name a live session.
+    [policy] = resources("AWS::SQS::QueuePolicy").values()
+    queues = [{"Fn::GetAtt": [name, "Arn"]} for name in ("DeadLetterQueue", "OnFailureQueue")]
+    role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
+    function = {"Fn::GetAtt": ["CleanupFunction", "Arn"]}
+    allow, deny = policy["Properties"]["PolicyDocument"]["Statement"]
+
+    assert policy["Properties"]["Queues"] == [{"Ref": "DeadLetterQueue"}, {"Ref": "OnFailureQueue"}]
+    assert set(resources("AWS::SQS::Queue")) == {"DeadLetterQueue", "OnFailureQueue"}
+    assert (allow["Effect"], allow["Principal"], allow["Action"], allow["Resource"]) == (
+        "Allow",
+        {"AWS": role},
+        "sqs:SendMessage",
+        queues,
+    )
+    assert (deny["Effect"], deny["Principal"], deny["Action"], deny["Resource"]) == (
+        "Deny",
+        "*",
+        "sqs:SendMessage",
+        queues,
+    )
+    assert deny["Condition"]["ArnNotEqualsIfExists"] == {"aws:PrincipalArn": role}
+    assert deny["Condition"]["ArnNotLike"]["aws:SourceArn"][0] == function
+    assert set(deny["Condition"]) == {"ArnNotEqualsIfExists", "ArnNotLike"}  # both must differ for the deny

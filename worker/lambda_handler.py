@@ -15,17 +15,31 @@ from cleanup.aws.retry import Deadline
 from cleanup.pipeline import run_batch
 from cleanup.runtime import WarmRuntime
 from schemas.outcomes import Outcome
-from schemas.records import read_lambda_event
+from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table
 
 warm = WarmRuntime()
 """The runtime kept between invocations (``warm.use(runtime)`` hands the handler another)."""
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str]]]:
-    """Clean the sessions of one batch and report the records that are not clean."""
+    """Clean the sessions of one batch and report the records that are not clean.
+
+    Without SESSION_TABLE, the table of the mapping's DynamoDB stream (its records' ``eventSourceARN``, which Lambda
+    sets) is the session table; a Kinesis stream may carry several tables', so its records still need SESSION_TABLE.
+    """
     records = read_lambda_event(event)
-    outcomes = run_batch(records, warm.get(), Deadline.from_lambda_context(context))
+    runtime = warm.get()
+    table = mapping_table(records)
+    if table is not None:
+        runtime = runtime.with_session_table(table)
+    outcomes = run_batch(records, runtime, Deadline.from_lambda_context(context))
     return batch_response(outcomes)
+
+
+def mapping_table(records: list[StreamRecord | UnreadableRecord]) -> str | None:
+    """The table whose DynamoDB stream the event came from: named by its first record's ``eventSourceARN``."""
+    arns = (r.event_source_arn for r in records if isinstance(r, StreamRecord) and r.source is Source.LAMBDA)
+    return next((table for table in map(stream_table, arns) if table), None)
 
 
 def batch_response(outcomes: list[Outcome]) -> dict[str, list[dict[str, str]]]:

@@ -14,6 +14,7 @@ from cleanup.streams.poller import StreamPoller
 from cleanup.streams.reader import latest_stream_arn
 from cleanup.streams.shard_state import PollSummary
 from cleanup.telemetry import log
+from schemas.records import stream_table
 from worker.exit_codes import ExitCode
 from worker.signals import shutdown_on_signals
 
@@ -39,7 +40,11 @@ def main(args: argparse.Namespace) -> int:
     except CleanupError as exc:  # no such table or stream, or the table cannot be described
         log.error(str(exc))
         return ExitCode.USAGE
-    poller = StreamPoller(runtime, stream_arn, consumer_id=args.consumer_id)
+    # The stream named on the command line is the session table's, unless SESSION_TABLE says which table is.
+    table = stream_table(stream_arn)
+    poller = StreamPoller(
+        runtime.with_session_table(table) if table else runtime, stream_arn, consumer_id=args.consumer_id
+    )
     try:
         with shutdown_on_signals(poller.request_stop, runtime.settings.shutdown_grace_seconds):
             summary = poller.run(until_idle=args.until_idle)

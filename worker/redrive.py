@@ -8,6 +8,9 @@ Redrive sends nothing to the dead-letter queue: the message it is redriving alre
 it is what loses nothing. A dry run (CLEANUP_MODE=dry-run) plans every record and deletes no message and no stored
 record: it reports which messages an enforce run would delete.
 
+Only SESSION_TABLE's records are sessions (a message may name any table or stream): without it the command refuses
+to start.
+
 Exit code: 0 when every message was deleted (in a dry run: would be) with its records clean, 1 when some were kept
 or a stored record was reported lost, 2 on usage or configuration errors.
 """
@@ -25,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.operations.redrive import MessageResult, redrive
-from cleanup.runtime import Runtime
+from cleanup.runtime import Runtime, require_session_table
 from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
 
@@ -51,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
     """Redrive every message on the queue with the settings from the environment."""
     runtime = Runtime.from_env(dead_letter_queue_url=None)
     try:
+        require_session_table(runtime.settings)
         return run(args, runtime)
     finally:
         runtime.close()

@@ -5,6 +5,8 @@ The files may be Lambda events, GetRecords responses, JSON lines of records (as 
 anything: the only calls made are reads (BatchGetItem, GetBucketVersioning, the listing that counts what would be
 deleted).
 
+Only SESSION_TABLE's records are sessions (a file may name any table): without it the command refuses to start.
+
 Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors.
 """
 
@@ -21,7 +23,7 @@ from cleanup.classify import item_key
 from cleanup.exceptions import SourceFileError
 from cleanup.operations.sources import FileRecord, Location, Rejected, read_file
 from cleanup.pipeline import run_batch
-from cleanup.runtime import Runtime
+from cleanup.runtime import Runtime, require_session_table
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord
 from schemas.settings import CleanupMode
@@ -42,6 +44,7 @@ def main(args: argparse.Namespace) -> int:
     """Read the settings from the environment, replay the files, print the report."""
     runtime = Runtime.from_env(**(DRY_RUN if args.dry_run else {}))
     try:
+        require_session_table(runtime.settings)
         return run(args, runtime)
     finally:
         runtime.close()

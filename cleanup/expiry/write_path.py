@@ -10,8 +10,9 @@ the two attributes expiry reads, always written together:
   (sort key ``ttl``), so the sweeper finds expired sessions with one Query per bucket instead of a Scan.
 
 ``create_session`` refuses to overwrite a live item (its resources would never be cleaned), ``touch_session``
-refreshes ttl and bucket only while the item exists (so it never resurrects a deleted session), and ``end_session``
-deletes it: the stream's REMOVE then cleans everything up.
+refreshes ttl and bucket only while the item exists and its ttl is ahead (so it never resurrects a deleted or
+expired session), ``live_session`` reads an item as gone once its ttl has passed (TTL may delete it days later), and
+``end_session`` deletes it: the stream's REMOVE then cleans everything up.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def touch_session(
     A sweep that read the old ttl then fails its conditional delete, so the heartbeat wins.
 
     Returns:
-        True if the session was refreshed; False if it no longer exists (expired or ended: start a new one).
+        True if the session was refreshed; False if it no longer exists or its ttl has passed (expired, even if
+        TTL has not deleted it yet, or ended: start a new one).
 
     Raises:
         TransientError / PermanentError: the update failed.
@@ -152,13 +154,56 @@ def touch_session(
             TableName=table,
             Key=session_key(session_id, names, key_prefix),
             UpdateExpression="SET #ttl = :ttl, #bucket = :bucket",
-            ConditionExpression="attribute_exists(#pk)",
+            # An expired item TTL has not deleted yet is not live: pushing its ttl would revive it.
+            ConditionExpression="attribute_exists(#pk) AND #ttl > :now",
             ExpressionAttributeNames={"#ttl": names.ttl, "#bucket": names.expiry_bucket, "#pk": names.pk},
-            ExpressionAttributeValues={":ttl": {"N": str(ttl)}, ":bucket": {"S": bucket}},
+            ExpressionAttributeValues={
+                ":ttl": {"N": str(ttl)},
+                ":bucket": {"S": bucket},
+                ":now": {"N": str(_now(now))},
+            },
         )
     except ConditionFailedError:
         return False
     return True
+
+
+def live_session(
+    ddb: DynamoDBClient,
+    table: str,
+    session_id: str,
+    *,
+    names: AttributeNames = DEFAULT_NAMES,
+    key_prefix: str = KEY_PREFIX,
+    now: float | None = None,
+) -> dict[str, Any] | None:
+    """The session's item if it is live: present and its ``ttl`` (a number) still ahead; a consistent read.
+
+    TTL deletes an expired item some time after its ttl, possibly days later; until then the item is still there.
+    An application deciding whether a session may be used asks this, not GetItem alone.
+
+    Returns:
+        The item, as AttributeValues; None when there is none or its ttl has passed.
+
+    Raises:
+        TransientError / PermanentError: the read failed.
+    """
+    key = session_key(session_id, names, key_prefix)
+    answer = call(ddb.get_item, "GetItem", None, TableName=table, Key=key, ConsistentRead=True)
+    item = answer.get("Item")
+    if item is None or not _before_ttl(item.get(names.ttl), _now(now)):
+        return None
+    return dict(item)
+
+
+def _before_ttl(ttl: object, now: float) -> bool:
+    # As touch_session's condition: a ttl that is missing or not a number is not "ahead" (create_session always
+    # writes one, so such an item was not made by these helpers and is not vouched for).
+    number = ttl.get("N") if isinstance(ttl, dict) else None
+    try:
+        return isinstance(number, str) and float(number) > now
+    except ValueError:
+        return False
 
 
 def end_session(
@@ -182,5 +227,9 @@ def end_session(
     return bool(response.get("Attributes"))
 
 
+def _now(now: float | None) -> int:
+    return int(time.time() if now is None else now)
+
+
 def _expiry(now: float | None, ttl_seconds: int) -> int:
-    return int(time.time() if now is None else now) + ttl_seconds
+    return _now(now) + ttl_seconds

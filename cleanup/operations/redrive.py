@@ -15,6 +15,9 @@ Two kinds of message name records to redo:
   missing is a duplicate when the marker is there, and goes; with no marker the record was lost some other way: the
   message is saved beside where the object was, reported once (``gone``), and goes.
 
+Only SESSION_TABLE's records are sessions: an on-failure message naming another table's DynamoDB stream is refused
+(reported and kept, nothing read), and a record naming another table is skipped (``cleanup.classify``).
+
 A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or skipped, none lost, and
 its stored object (if any) deleted; or its stored record gone and reported.
 """
@@ -42,7 +45,7 @@ from cleanup.runtime import Runtime
 from cleanup.streams.kinesis import read_shard_range
 from cleanup.streams.reader import ShardReader, list_shards
 from schemas.outcomes import Outcome
-from schemas.records import RecordError, Source, read_kinesis_bytes, read_record, sequence_number_of
+from schemas.records import RecordError, Source, read_kinesis_bytes, read_record, sequence_number_of, stream_table
 from schemas.settings import CleanupMode
 
 if TYPE_CHECKING:
@@ -115,6 +118,9 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
     if isinstance(message, StoredRecord):
         return _redrive_stored(message, runtime)
     kind = "on-failure" if isinstance(message, BatchRange) else "dead-letter"
+    refused = foreign_stream(message, runtime.settings.session_table)
+    if refused is not None:
+        return MessageResult(kind, error=refused)
     try:
         records, result = _records(message, runtime)
     except CleanupError as exc:
@@ -154,6 +160,23 @@ def _missing(stored: StoredRecord, runtime: Runtime, *, enforce: bool) -> Messag
         return MessageResult("dead-letter", duplicate=f"its record's object {stored} was already reported lost")
     saved = report_lost(runtime, stored) if enforce else marker_key(runtime, stored, Settled.LOST)
     return MessageResult("dead-letter", gone=lost_advice(stored, saved, saved=enforce))
+
+
+def foreign_stream(message: BatchRange | StoredRecord | Incoming, session_table: str | None) -> str | None:
+    """Why an on-failure message's DynamoDB stream is not to be read (None: it is SESSION_TABLE's, or the message
+    names no DynamoDB stream). Another table's REMOVEs are not sessions, and a message may name any stream.
+
+    A Kinesis data stream may carry several tables': its records are judged one by one, by the table each names.
+    """
+    if not isinstance(message, BatchRange) or message.kinesis:
+        return None
+    table = stream_table(message.stream_arn)
+    if session_table is not None and table == session_table:
+        return None
+    return (
+        f"refused: stream {message.stream_arn} is not SESSION_TABLE {session_table!r}'s "
+        f"(it is {'table ' + repr(table) if table else 'no table'}'s); nothing was read from it"
+    )
 
 
 def _records(message: BatchRange | Incoming, runtime: Runtime) -> tuple[list[Incoming], MessageResult]:
