@@ -158,7 +158,9 @@ def _delete(
     for _ in range(UNPROCESSED_TRIES):
         permit(deadline)
         answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
-        pending = list(answer.get("UnprocessedItems", {}).get(table, []))
+        if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
+            raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
+        pending = list(answer["UnprocessedItems"].get(table, []))
         if not pending:
             return
         pause = random.uniform(0, wait)  # full jitter, as DynamoDB advises for unprocessed items

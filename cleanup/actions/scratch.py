@@ -231,15 +231,28 @@ def delete_pages(s3: S3Client, parts: list[Part[Page, int]], deadline: Deadline)
     if not carried:
         return
     bucket = carried[0].item.where.bucket
+    # Not quiet: an answer names every key, deleted or not, so one that does not (a truncated body read as ``{}``)
+    # cannot pass for "all deleted".
     response = call(
-        s3.delete_objects, "DeleteObjects", deadline, Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
+        s3.delete_objects, "DeleteObjects", deadline, Bucket=bucket, Delete={"Objects": objects, "Quiet": False}
     )
     errors = _errors_by_part(response.get("Errors", []), owners, carried)
+    named = {str(entry.get("Key")) for entry in [*response.get("Deleted", []), *response.get("Errors", [])]}
     for part in carried:
+        unnamed = sum(entry["Key"] not in named for entry in part.item.entries)
         if part in errors:
             part.fail(_key_errors(errors[part], len(part.item.entries), part.item.where))
+        elif unnamed:
+            part.fail(_unanswered(unnamed, len(part.item.entries), part.item.where))
         else:
             part.answer(len(part.item.entries))
+
+
+def _unanswered(unnamed: int, sent: int, where: ScratchLocation) -> TransientError:
+    return TransientError(
+        f"DeleteObjects: the answer names {sent - unnamed} of {sent} keys under {where.prefix!r}: cannot tell whether "
+        "the rest were deleted; they are listed and sent again"
+    )
 
 
 def _guard(page: Page, bucket: str) -> None:
