@@ -15,6 +15,7 @@ from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import ConfigurationError
+from cleanup.operations.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.settings import Settings, Versioning, configuration_problems
 
@@ -86,6 +87,17 @@ class Runtime:
         self._message_limits: AskedOnce[int] = AskedOnce()
         self._table_keys: AskedOnce[tuple[str, ...]] = AskedOnce()
         self._executor: ThreadPoolExecutor | None = None
+        self.switch = KillSwitch(settings, self.metrics)
+
+    def refresh_mode(self) -> Mode:
+        """Read the kill switch (between batches) and put its mode in force: ``settings.cleanup_mode`` follows it.
+
+        Returns:
+            The mode in force; ``Mode.PAUSED`` asks the caller to leave its records where they are.
+        """
+        mode = self.switch.mode()
+        self.settings = settings_for(self.settings, mode)
+        return mode
 
     @property
     def executor(self) -> ThreadPoolExecutor:

@@ -30,6 +30,8 @@ class PollSummary:
     dead_lettered: int = 0
     standby_polls: int = 0
     lease_lost: bool = False
+    paused: bool = False
+    """A ``--until-idle`` run ended because the kill switch paused cleanup, with records left in the stream."""
     finished_shards: list[str] = field(default_factory=list)
     checkpoints: dict[str, str] = field(default_factory=dict)
     blocked: list[str] = field(default_factory=list)
