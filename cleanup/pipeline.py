@@ -149,7 +149,7 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     results = tuple(done[id(step)] for step in steps)
     failures = [result for result in results if not result.ok]
     if not failures:
-        return _outcome(record, decision, Status.CLEANED, results)
+        return _outcome(record, decision, Status.PLANNED if dry_run else Status.CLEANED, results)
     return _outcome(
         record,
         decision,

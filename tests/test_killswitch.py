@@ -9,8 +9,10 @@ import pytest
 
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode
+from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
+from schemas.records import read_lambda_event
 from tests.kcl_daemon import KinesisShard
 from tests.stack import SessionStack
 from tests.test_kcl import daemon, deletes  # noqa: F401 (the KCL child fixture)
@@ -215,3 +217,22 @@ def test_the_sweeper_paused_deletes_nothing(stack: SessionStack, agent: LocalAge
 
     assert answer["paused"] is True
     assert stack.ddb.get_item(TableName=stack.table, Key=stack.key("old"))["Item"]
+
+
+# A dry run says so.
+def test_a_dry_run_logs_and_counts_planned_sessions_and_never_cleaned_ones(
+    stack: SessionStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    stack.put_session("s1")
+    stack.delete("s1")
+    sink = CapturedMetrics()
+    runtime = stack.runtime(cleanup_mode="dry-run")
+    runtime.metrics.sink = sink
+
+    with caplog.at_level("INFO", logger="cleanup"):
+        run_batch(read_lambda_event(stack.lambda_event()), runtime)
+
+    assert sink.values("SessionsPlanned", Reason="explicit") == [1]
+    assert sink.values("SessionsCleaned") == []
+    messages = [record.getMessage() for record in caplog.records]
+    assert "record planned" in messages and "record cleaned" not in messages

@@ -46,7 +46,7 @@ def test_the_documentation_sample_event_is_read_and_skipped(worker_env, capsys):
     code, summary = replay_json(capsys, str(DOCS_EVENT))
 
     assert code == 0
-    assert summary == {"records": 3, "cleaned": 0, "skipped": 3, "failed": []}
+    assert summary == {"records": 3, "cleaned": 0, "planned": 0, "skipped": 3, "failed": []}
 
 
 @pytest.mark.parametrize("shape", sorted(CAPTURED))
@@ -59,7 +59,7 @@ def test_captured_records_clean_their_sessions_in_every_shape(worker_env, capsys
 
     code, summary = replay_json(capsys, str(CAPTURED[shape]))
 
-    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})
+    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "planned": 0, "skipped": 3, "failed": []})
     assert stack.objects("sessions/t1/a1/") == stack.objects("sessions/t2/b2/") == []
     assert stack.objects("sessions/t1/live/") == ["sessions/t1/live/part-0"]
 
@@ -145,7 +145,8 @@ def test_a_dry_run_reports_the_plan_and_changes_nothing(worker_env, capsys, tmp_
 
     assert code == 0
     assert len(stack.objects(item["scratchPrefix"])) == 4 and item["grantId"] in stack.grant_ids()
-    (remove,) = [line for line in summary["plan"] if line["status"] == "cleaned"]
+    assert (summary["cleaned"], summary["planned"]) == (0, 1)
+    (remove,) = [line for line in summary["plan"] if line["status"] == "planned"]
     assert remove["reason"] == "explicit"
     assert remove["actions"] == {
         "connection": {"status": "planned", "connectionId": "conn-d1", "endpoint": stack.aws.endpoint_url},
@@ -266,7 +267,7 @@ def test_a_kcl_transcript_in_json_lines_yields_the_records_of_its_process_record
 
     code, summary = replay_json(capsys, str(path))
 
-    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})
+    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "planned": 0, "skipped": 3, "failed": []})
 
 
 def test_a_dead_letter_message_whose_record_is_in_s3_is_reported_with_where_it_is(worker_env, capsys, tmp_path):

@@ -145,6 +145,7 @@ class Report:
         line: dict[str, Any] = {
             "records": len(self.results) + len(self.rejected),
             "cleaned": self.count(Status.CLEANED),
+            "planned": self.count(Status.PLANNED),
             "skipped": self.count(Status.SKIPPED),
             "failed": self.failures(),
         }
@@ -175,8 +176,9 @@ def print_table(report: Report, out: IO[str]) -> None:
         for failure in failures:
             print(f"  {failure['sequenceNumber'] or '?'}  {failure['error']}", file=out)
     summary = report.summary()
+    planned = f"{summary['planned']} planned (dry run), " if summary["planned"] else ""
     print(
-        f"\n{summary['records']} records: {summary['cleaned']} cleaned, {summary['skipped']} skipped, "
+        f"\n{summary['records']} records: {summary['cleaned']} cleaned, {planned}{summary['skipped']} skipped, "
         f"{len(failures)} failed",
         file=out,
     )

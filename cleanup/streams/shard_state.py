@@ -25,6 +25,8 @@ class PollSummary:
 
     records: int = 0
     cleaned: int = 0
+    planned: int = 0
+    """Sessions a dry run would have cleaned."""
     skipped: int = 0
     failed: int = 0
     dead_lettered: int = 0
@@ -98,6 +100,8 @@ class BatchAttempts:
         for outcome in outcomes:
             if outcome.status is Status.CLEANED:
                 self.summary.cleaned += 1
+            elif outcome.status is Status.PLANNED:
+                self.summary.planned += 1
             elif outcome.status is Status.SKIPPED:
                 self.summary.skipped += 1
             elif outcome.dead_lettered:
