@@ -29,7 +29,7 @@ def test_the_demo_cleans_every_ended_session_and_leaves_live_ones_alone() -> Non
     assert "room registry: 30 memberships of closed connections removed, 6 of live ones kept" in result.stdout
     assert "[demo] stream poller" in result.stderr
     demo_lines = [line for line in result.stderr.splitlines() if line.startswith("[demo]")]
-    assert not [line for line in demo_lines if "PollSummary(" in line or "{'" in line or "{\"" in line]
+    assert not [line for line in demo_lines if "PollSummary(" in line or "{'" in line or '{"' in line]
     assert any(line.startswith("[demo] sweeper: 3 expired sessions found in") for line in demo_lines)
 
 
