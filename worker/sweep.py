@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from cleanup.aws.retry import Deadline
@@ -19,6 +20,7 @@ from cleanup.expiry.sweeper import sweep
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime, WarmRuntime
 from worker.exit_codes import ExitCode
+from worker.progress import bar
 
 PAUSED = {"paused": True, "reason": "cleanup is paused by the kill switch: nothing was deleted"}
 
@@ -52,7 +54,10 @@ def main(args: argparse.Namespace) -> int:
         if runner.refresh_mode() is Mode.PAUSED:
             print(json.dumps(PAUSED))
             return ExitCode.FAILED
-        report = sweep(runner, page_size=args.page_size)
+        with bar("sweep", unit="buckets") as progress:
+            report = sweep(
+                runner, page_size=args.page_size, progress=lambda done, total: _advance(progress, done, total)
+            )
     except MissingConfigError as exc:
         print(f"cleanup-worker sweep: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -60,3 +65,13 @@ def main(args: argparse.Namespace) -> int:
         runner.close()
     print(json.dumps(report.summary()))
     return ExitCode.OK if report.ok else ExitCode.FAILED
+
+
+def _advancing(shown: Any) -> Callable[[int, int], None]:
+    """Moves the bar to ``done`` of ``total`` expiry buckets read (their deletes follow)."""
+
+    def advance(done: int, total: int) -> None:
+        shown.total = total
+        shown.update(done - shown.n)
+
+    return advance
