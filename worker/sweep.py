@@ -54,10 +54,8 @@ def main(args: argparse.Namespace) -> int:
         if runner.refresh_mode() is Mode.PAUSED:
             print(json.dumps(PAUSED))
             return ExitCode.FAILED
-        with bar("sweep", unit="buckets") as progress:
-            report = sweep(
-                runner, page_size=args.page_size, progress=lambda done, total: _advance(progress, done, total)
-            )
+        with bar("sweep", unit="buckets") as shown:
+            report = sweep(runner, page_size=args.page_size, progress=_advancing(shown))
     except MissingConfigError as exc:
         print(f"cleanup-worker sweep: {exc}", file=sys.stderr)
         return ExitCode.USAGE
