@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "redrive": ("worker.redrive", "re-process the batches named by on-failure or dead-letter messages"),
     "sweep": ("worker.sweep", "delete the sessions whose ttl has passed (instead of waiting for DynamoDB TTL)"),
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),
+    "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),
 }
 
 
