@@ -147,7 +147,8 @@ def last_sweep(runtime: Runtime) -> dict[str, Any]:
     except CleanupError as exc:
         return {"error": str(exc)}
     if latest is None:
-        return {"at": "unknown", "why": f"no SessionsSwept datapoint in the last {SWEEP_LOOKBACK.total_seconds() / 3600:.0f} h"}
+        hours = SWEEP_LOOKBACK.total_seconds() / 3600
+        return {"at": "unknown", "why": f"no SessionsSwept datapoint in the last {hours:.0f} h"}
     return {"at": latest[0], "swept": int(latest[1])}
 
 
