@@ -174,6 +174,31 @@ def test_the_poller_in_a_flagged_dry_run_frees_nothing_and_moves_no_checkpoint(
     assert checkpoint_item is None or "sequenceNumber" not in checkpoint_item
 
 
+def test_records_a_flagged_dry_run_only_planned_are_cleaned_when_enforce_is_back_in_the_same_run(
+    stack: SessionStack, agent: LocalAgent
+) -> None:
+    item = stack.put_session("s1")
+    stack.delete("s1")
+    agent.serve(flag(True, "dry-run"))
+    seen: list[str] = []
+
+    def back_to_enforce(shard_id: str, outcomes: list[Any]) -> None:
+        seen.extend(outcome.status.value for outcome in outcomes)
+        agent.serve(flag(True, "enforce"))  # after the first (planned) batch
+
+    fake = FakeTime()
+    runtime = switched(stack, agent, checkpoint_table=f"ckpt-{stack.table}")
+    poller = StreamPoller(
+        runtime, stack.stream_arn, clock=fake.clock, sleep=fake.sleep, before_checkpoint=back_to_enforce
+    )
+
+    poller.run(until_idle=True)
+
+    assert seen == ["skipped", "planned", "skipped", "cleaned"]
+    assert freed(stack, item)
+    assert checkpoint(stack)["sequenceNumber"]["S"] == sequence_numbers(stack)[-1]
+
+
 def test_run_until_idle_exits_1_while_paused_with_the_records_kept(
     worker_env: SessionStack, agent: LocalAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
