@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -96,6 +95,8 @@ def fetch(url: str) -> bytes:
     Raises:
         OSError: the agent could not be reached, or did not answer 200.
     """
+    import urllib.request  # only when a switch is configured: it is no cold-start cost otherwise
+
     with urllib.request.urlopen(url, timeout=AGENT_TIMEOUT_SECONDS) as answer:
         return bytes(answer.read(MAX_BODY_BYTES))
 
