@@ -12,7 +12,8 @@ its lease, a sweep's conditional delete) translate the rest the same way.
     │     ├── OutOfTimeError          the deadline leaves no time for the call (or its next try): nothing is lost,
     │     │                           the record is reported and cleaned on its next delivery
     │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: open a new one where reading stopped
-    │     └── TrimmedDataError        a stream position older than the 24 h retention: records were lost
+    │     ├── TrimmedDataError        a stream position older than the 24 h retention: records were lost
+    │     └── PausedError             the kill switch pauses cleanup: the batch is left in the stream, untouched
     └── PermanentError                retrying cannot help: dead-letter it, or report it failed
           ├── AccessDeniedError       the role may not make this call (the message names it)
           ├── ConditionFailedError    a conditional write found the item otherwise (``item``: what is there now)
@@ -124,6 +125,10 @@ class IteratorExpiredError(TransientError):
 
 class TrimmedDataError(TransientError):
     """A stream position is past the stream's retention (TrimmedDataAccessException)."""
+
+
+class PausedError(TransientError):
+    """The kill switch pauses cleanup: nothing of the batch was done, and its records must be delivered again."""
 
 
 class StreamNotFoundError(PermanentError):

@@ -147,7 +147,7 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     if fence.stopped is not None:
         return _outcome(record, decision, Status.FAILED, results, error=fence.stopped)
     if not failures:
-        return _outcome(record, decision, Status.CLEANED, results)
+        return _outcome(record, decision, Status.PLANNED if dry_run else Status.CLEANED, results)
     return _outcome(
         record,
         decision,

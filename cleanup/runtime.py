@@ -15,8 +15,9 @@ from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import ConfigurationError
+from cleanup.operations.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
-from schemas.settings import Settings, Versioning, configuration_problems
+from schemas.settings import CleanupMode, Settings, Versioning, configuration_problems
 
 T = TypeVar("T")
 
@@ -87,6 +88,7 @@ class Runtime:
         self._table_keys: AskedOnce[tuple[str, ...]] = AskedOnce()
         self._executor: ThreadPoolExecutor | None = None
         self._for_tables: dict[str, Runtime] = {}
+        self.switch = KillSwitch(settings, self.metrics)
 
     def with_session_table(self, table: str) -> Runtime:
         """This runtime, or one like it (same clients and metrics) whose SESSION_TABLE is ``table`` when the
@@ -100,9 +102,22 @@ class Runtime:
         with self._lock:
             runtime = self._for_tables.get(table)
             if runtime is None:
-                settings = self.settings.model_copy(update={"session_table": table})
+                # From the environment's mode, not one the kill switch put in force here: the new runtime has a
+                # switch of its own.
+                environment = CleanupMode(self.switch.environment.value)
+                settings = self.settings.model_copy(update={"session_table": table, "cleanup_mode": environment})
                 runtime = self._for_tables[table] = Runtime(settings, self.clients, self.metrics)
             return runtime
+
+    def refresh_mode(self) -> Mode:
+        """Read the kill switch (between batches) and put its mode in force: ``settings.cleanup_mode`` follows it.
+
+        Returns:
+            The mode in force; ``Mode.PAUSED`` asks the caller to leave its records where they are.
+        """
+        mode = self.switch.mode()
+        self.settings = settings_for(self.settings, mode)
+        return mode
 
     @property
     def executor(self) -> ThreadPoolExecutor:

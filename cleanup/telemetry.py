@@ -132,6 +132,8 @@ class Metrics:
         for outcome in outcomes:
             if outcome.status is Status.CLEANED and outcome.reason is not None:
                 self.count("SessionsCleaned", "Reason", outcome.reason.value)
+            elif outcome.status is Status.PLANNED and outcome.reason is not None:
+                self.count("SessionsPlanned", "Reason", outcome.reason.value)  # a dry run: never counted as cleaned
             elif outcome.status is Status.SKIPPED:
                 self.count("RecordsSkipped")
             elif outcome.dead_lettered:

@@ -18,6 +18,7 @@ class Reason(StrEnum):
 
 class Status(StrEnum):
     CLEANED = "cleaned"
+    PLANNED = "planned"  # a dry run: the session would have been cleaned; nothing was changed
     SKIPPED = "skipped"
     FAILED = "failed"
 

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
@@ -140,6 +140,18 @@ class Settings(BaseSettings):
     """CALL_WAIT_SECONDS: the longest an AWS call waits for a turn or a concurrency slot of its service, where no
     deadline bounds it sooner (poller, replay, redrive, sweeper, KCL); then it fails, transient."""
 
+    # The kill switch (an AppConfig feature flag, read through the local AppConfig agent or Lambda extension).
+    appconfig_application: str | None = None
+    """APPCONFIG_APPLICATION: the AppConfig application of the kill switch; unset (with the next two): no switch."""
+    appconfig_environment: str | None = None
+    """APPCONFIG_ENVIRONMENT: its AppConfig environment."""
+    appconfig_profile: str | None = None
+    """APPCONFIG_PROFILE: its feature-flag profile (flag ``cleanup``: see cleanup.operations.killswitch)."""
+    appconfig_agent_url: str = "http://localhost:2772"
+    """APPCONFIG_AGENT_URL: the AppConfig agent's or Lambda extension's local endpoint (loopback only)."""
+    appconfig_poll_seconds: float = Field(default=15.0, ge=0)
+    """APPCONFIG_POLL_SECONDS: how long a reading of the switch is kept before it is read again."""
+
     # Telemetry.
     log_level: str = "INFO"
     """LOG_LEVEL."""
@@ -246,6 +258,28 @@ class Settings(BaseSettings):
                 f"METRICS_DESTINATION must be stdout, stderr, off, auto or tcp/udp://host:port: {destination!r}"
             )
         return destination
+
+    @field_validator("appconfig_agent_url")
+    @classmethod
+    def _agent_is_local(cls, url: str) -> str:
+        # The switch can pause the worker: only a process on this host (the agent, the extension) may answer for it.
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname not in ("localhost", "127.0.0.1", "::1"):
+            raise ValueError(f"APPCONFIG_AGENT_URL must be http://localhost:<port> (the local agent): {url!r}")
+        return url.rstrip("/")
+
+    @property
+    def kill_switch(self) -> tuple[str, str, str] | None:
+        """The switch's (application, environment, profile), or None when the environment alone decides."""
+        app, env, profile = self.appconfig_application, self.appconfig_environment, self.appconfig_profile
+        return (app, env, profile) if app and env and profile else None
+
+    @model_validator(mode="after")
+    def _switch_is_whole(self) -> Settings:
+        names = (self.appconfig_application, self.appconfig_environment, self.appconfig_profile)
+        if any(names) and not all(names):  # half a switch would be silently ignored
+            raise ValueError("APPCONFIG_APPLICATION, APPCONFIG_ENVIRONMENT and APPCONFIG_PROFILE go together")
+        return self
 
     @field_validator("log_level")
     @classmethod

@@ -27,6 +27,7 @@ COMMANDS = {
     "redrive": ["redrive", "--queue-url", "http://127.0.0.1:9/123456789012/none", "--wait-seconds", "0"],
     "sweep": ["sweep", "--table", "sessions"],
     "check": ["check"],
+    "status": ["status", "--table-name", "sessions"],
 }
 BAD = {
     "METRICS_DESTINATION": "nonsense",

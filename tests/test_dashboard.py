@@ -20,6 +20,7 @@ from typing import Any
 
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.expiry.sweeper import Verdict
+from cleanup.operations.killswitch import Mode
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import Reason
 from schemas.settings import Settings
@@ -43,6 +44,7 @@ DIMENSION_VALUES = {
     "Reason": {reason.value for reason in Reason},
     "Action": ACTIONS,
     "Verdict": {verdict.value for verdict in Verdict},
+    "Mode": {mode.value for mode in Mode},
 }
 
 
@@ -177,3 +179,10 @@ def test_the_readme_says_what_each_widget_answers() -> None:
     for widget in dashboard()["widgets"]:
         question = widget["properties"]["title"].split(": ", 1)[1]
         assert question in section, question
+
+
+def test_every_mode_of_the_kill_switch_and_paused_batches() -> None:
+    modes = {line.dimensions["Mode"] for line in ours() if line.name == "ModeChanges"}
+
+    assert modes == {mode.value for mode in Mode}
+    assert "PausedBatches" in {line.name for line in ours()}

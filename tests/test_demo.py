@@ -8,6 +8,10 @@ import sys
 
 import pytest
 
+from cleanup.expiry.sweeper import SweepReport, Verdict
+from cleanup.streams.shard_state import PollSummary
+from worker.demo import poll_line, sweep_line
+
 
 @pytest.mark.slow  # the whole demo, in a process of its own
 def test_the_demo_cleans_every_ended_session_and_leaves_live_ones_alone() -> None:
@@ -24,3 +28,17 @@ def test_the_demo_cleans_every_ended_session_and_leaves_live_ones_alone() -> Non
     assert "10/10 ended sessions cleaned, 2 live sessions untouched, 0 problems" in result.stdout
     assert "room registry: 30 memberships of closed connections removed, 6 of live ones kept" in result.stdout
     assert "[demo] stream poller" in result.stderr
+    demo_lines = [line for line in result.stderr.splitlines() if line.startswith("[demo]")]
+    assert not [line for line in demo_lines if "PollSummary(" in line or "{'" in line or '{"' in line]
+    assert any(line.startswith("[demo] sweeper: 3 expired sessions found in") for line in demo_lines)
+
+
+def test_the_demos_sweeper_and_poller_lines_are_sentences_not_python_values() -> None:
+    report = SweepReport(buckets=49)
+    report.verdicts.update({Verdict.SWEPT: 3})
+    summary = PollSummary(records=24, cleaned=10, skipped=14, checkpoints={"shardId-1": "99"})
+
+    assert sweep_line(report.summary()) == "3 expired sessions found in 49 expiry buckets (3 swept)"
+    assert poll_line(summary.as_dict()) == (
+        "24 records read: 10 cleaned, 14 skipped, 0 failed attempts, 0 dead-lettered; checkpoints on 1 shard"
+    )

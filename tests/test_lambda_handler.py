@@ -277,7 +277,7 @@ def test_dry_run_changes_nothing(stack: SessionStack) -> None:
 
     outcome = outcomes_of(stack, stack.lambda_event(), cleanup_mode="dry-run")[-1]
 
-    assert outcome.status is Status.CLEANED
+    assert outcome.status is Status.PLANNED
     assert {a.status for a in outcome.actions} == {ActionStatus.PLANNED}
     assert outcome.actions[-1].detail["objects"] == 3
     assert len(stack.objects(item["scratchPrefix"])) == 3

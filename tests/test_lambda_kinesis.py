@@ -146,7 +146,7 @@ def test_replay_reads_a_saved_kinesis_event(worker_env: SessionStack, tmp_path: 
     code = cli.main(["replay", "--json", str(saved)])
 
     assert code == 0
-    assert json.loads(capsys.readouterr().out) == {"records": 2, "cleaned": 1, "skipped": 1, "failed": []}
+    assert json.loads(capsys.readouterr().out) == {"records": 2, "cleaned": 1, "planned": 0, "skipped": 1, "failed": []}
     assert stack.objects(item["scratchPrefix"]) == []
 
 

@@ -14,6 +14,7 @@ from schemas.records import Source, read_record
 from tests.queues import on_queue, redrive, send
 from tests.stack import SessionStack, client
 from worker import cli
+from worker import redrive as redrive_command
 
 ON_FAILURE = json.loads((Path(__file__).parent / "events" / "lambda-on-failure-destination.json").read_text())
 
@@ -184,3 +185,28 @@ def test_the_readable_report_says_what_was_deleted_and_kept(worker_env, queue, c
     assert code == 1
     assert "on-failure   2 records, 2 clean  deleted" in out
     assert "2 messages: 1 deleted, 1 kept" in out
+
+
+def test_each_message_is_reported_as_soon_as_it_is_redriven(worker_env, queue, capsys, monkeypatch):
+    stack = worker_env
+    stack.put_session("r1")
+    stack.delete("r1")
+    first = stack.new_records()
+    stack.put_session("r2")
+    stack.delete("r2")
+    second = stack.new_records()
+    send(queue, on_failure(stack, first), on_failure(stack, second))
+    printed_before: list[str] = []
+    real = redrive_command.redrive
+
+    def watched(body: str, runtime: Any) -> Any:
+        printed_before.append(capsys.readouterr().out)  # what the command had printed when this message started
+        return real(body, runtime)
+
+    monkeypatch.setattr(redrive_command, "redrive", watched)
+
+    code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0"])
+
+    assert code == 0
+    assert printed_before[0] == ""
+    assert "2 records, 2 clean  deleted" in printed_before[1]  # the first message, before the second one ran

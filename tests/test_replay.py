@@ -14,11 +14,11 @@ import pytest
 from cleanup.aws.clients import Clients
 from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import SourceFileError
-from cleanup.operations.sources import FileRecord, read_file
+from cleanup.operations.sources import FileReader, FileRecord, read_file
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack, client
-from worker import cli, replay
+from worker import cli, progress, replay
 from worker.local.backend import create_session_table
 
 EVENTS = Path(__file__).parent / "events"
@@ -46,7 +46,7 @@ def test_the_documentation_sample_event_is_read_and_skipped(worker_env, capsys):
     code, summary = replay_json(capsys, str(DOCS_EVENT))
 
     assert code == 0
-    assert summary == {"records": 3, "cleaned": 0, "skipped": 3, "failed": []}
+    assert summary == {"records": 3, "cleaned": 0, "planned": 0, "skipped": 3, "failed": []}
 
 
 @pytest.mark.parametrize("shape", sorted(CAPTURED))
@@ -59,7 +59,7 @@ def test_captured_records_clean_their_sessions_in_every_shape(worker_env, capsys
 
     code, summary = replay_json(capsys, str(CAPTURED[shape]))
 
-    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})
+    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "planned": 0, "skipped": 3, "failed": []})
     assert stack.objects("sessions/t1/a1/") == stack.objects("sessions/t2/b2/") == []
     assert stack.objects("sessions/t1/live/") == ["sessions/t1/live/part-0"]
 
@@ -145,7 +145,8 @@ def test_a_dry_run_reports_the_plan_and_changes_nothing(worker_env, capsys, tmp_
 
     assert code == 0
     assert len(stack.objects(item["scratchPrefix"])) == 4 and item["grantId"] in stack.grant_ids()
-    (remove,) = [line for line in summary["plan"] if line["status"] == "cleaned"]
+    assert (summary["cleaned"], summary["planned"]) == (0, 1)
+    (remove,) = [line for line in summary["plan"] if line["status"] == "planned"]
     assert remove["reason"] == "explicit"
     assert remove["actions"] == {
         "connection": {"status": "planned", "connectionId": "conn-d1", "endpoint": stack.aws.endpoint_url},
@@ -214,15 +215,14 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_the_progress_bar_shows_on_a_terminal_for_long_files_only():
-    terminal, short, piped = Terminal(), Terminal(), io.StringIO()
-    for stream, total in ((terminal, 1000), (short, 10), (piped, 1000)):
-        bar = replay.Progress(total, stream)
-        bar.advance(total // 2)
-        bar.close()
+def test_the_progress_bar_shows_on_a_terminal_only_and_never_with_json():
+    terminal, piped, quiet = Terminal(), io.StringIO(), Terminal()
+    for stream, json_output in ((terminal, False), (piped, False), (quiet, True)):
+        with progress.bar("replay", total=1000, stream=stream, quiet=json_output, mininterval=0) as shown:
+            shown.update(500)
 
-    assert "500/1000 records" in terminal.getvalue()
-    assert short.getvalue() == piped.getvalue() == ""
+    assert "500/1000" in terminal.getvalue() and "records/s" in terminal.getvalue()
+    assert piped.getvalue() == quiet.getvalue() == ""
 
 
 def ensure_table(stack: SessionStack, name: str) -> None:
@@ -240,7 +240,7 @@ def test_a_failed_record_holds_back_later_records_of_its_item_across_chunks(work
     again = stack.put_session("same", grant=False)
     stack.delete("same")  # the same item's next REMOVE must not run ahead of the failed one
     path = write_jsonl(tmp_path / "records.jsonl", stack.new_records())
-    entries = [entry for entry in read_file(path) if isinstance(entry, FileRecord)]
+    entries = [entry for entry in FileReader([str(path)]) if isinstance(entry, FileRecord)]
 
     results = replay.replay(entries, stack.runtime(ws_callback_url=stack.aws.endpoint_url), chunk=1)
 
@@ -266,7 +266,7 @@ def test_a_kcl_transcript_in_json_lines_yields_the_records_of_its_process_record
 
     code, summary = replay_json(capsys, str(path))
 
-    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "skipped": 3, "failed": []})
+    assert (code, summary) == (0, {"records": 5, "cleaned": 2, "planned": 0, "skipped": 3, "failed": []})
 
 
 def test_a_dead_letter_message_whose_record_is_in_s3_is_reported_with_where_it_is(worker_env, capsys, tmp_path):

@@ -104,6 +104,9 @@ def test_grant_tokens_and_object_keys_never_reach_the_logs(world: World, capture
 # Who calls what: the event source mapping reads the stream with the function's role (a DynamoDB stream, or a Kinesis
 # data stream), and Lambda writes its logs.
 PLATFORM_ACTIONS = {
+    # The AppConfig Lambda extension's, fetching the kill switch with the function's role (when one is configured).
+    "appconfig:GetLatestConfiguration",
+    "appconfig:StartConfigurationSession",
     "dynamodb:DescribeStream",
     "dynamodb:GetRecords",
     "dynamodb:GetShardIterator",

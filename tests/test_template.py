@@ -66,7 +66,7 @@ KINESIS_READ = {
     "kinesis:ListShards",
 }
 # The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
-CONDITIONS = {"AskVersioning": True, "KinesisSource": False, "HasRegistry": True}
+CONDITIONS = {"AskVersioning": True, "KinesisSource": False, "HasRegistry": True, "HasKillSwitch": False}
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
 
@@ -453,3 +453,27 @@ def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
     assert deny["Condition"]["ArnNotEqualsIfExists"] == {"aws:PrincipalArn": role}
     assert deny["Condition"]["ArnNotLike"]["aws:SourceArn"][0] == function
     assert set(deny["Condition"]) == {"ArnNotEqualsIfExists", "ArnNotLike"}  # both must differ for the deny
+
+
+@pytest.mark.parametrize("role", ["CleanupRole", "SweeperRole"])
+def test_the_kill_switch_is_read_only_when_one_is_configured(role: str) -> None:
+    by_sid = {s["Sid"]: s for s in statements(role, HasKillSwitch=True)}
+    profile = ":application/${KillSwitchApplicationId}/environment/${KillSwitchEnvironmentId}"
+    profile += "/configuration/${KillSwitchProfileId}"
+
+    assert granted(role, HasKillSwitch=True) - granted(role) == {
+        "appconfig:StartConfigurationSession",
+        "appconfig:GetLatestConfiguration",
+    }
+    assert by_sid["ReadKillSwitch"]["Resource"]["Fn::Sub"].endswith(profile)
+
+
+def test_the_kill_switch_settings_and_the_extension_layer_are_wired_only_when_given() -> None:
+    for function in resources("AWS::Lambda::Function").values():
+        properties = function["Properties"]
+        variables = properties["Environment"]["Variables"]
+        assert resolved(variables["APPCONFIG_PROFILE"], HasKillSwitch=True) == {"Ref": "KillSwitchProfileId"}
+        assert resolved(variables["APPCONFIG_PROFILE"]) == NO_VALUE
+        layers = properties["Layers"]
+        assert resolved(layers, HasExtensionLayer=True) == [{"Ref": "AppConfigExtensionLayerArn"}]
+        assert resolved(layers, HasExtensionLayer=False) == NO_VALUE

@@ -25,6 +25,7 @@ from cleanup.streams.reader import Shard, ShardReader, latest_stream_arn, list_s
 from cleanup.telemetry import log
 from schemas.settings import Settings
 from worker.exit_codes import ExitCode
+from worker.progress import bar
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -49,8 +50,9 @@ def main(args: argparse.Namespace) -> int:
         stop = threading.Event()
         if args.follow:
             _stop_on_signals(stop)
-        with args.out.open("w", encoding="utf-8") as out:
-            capture = Capture(streams, stream_arn, args.start.upper().replace("-", "_"), _writer(out))
+        # A stream's record count is not known before it is read: the bar shows what is done and the rate.
+        with args.out.open("w", encoding="utf-8") as out, bar("capture") as progress:
+            capture = Capture(streams, stream_arn, args.start.upper().replace("-", "_"), _writer(out, progress.update))
             capture.run(follow=args.follow, stop=stop, poll_seconds=settings.poll_interval_seconds)
     except StreamNotFoundError as exc:
         print(f"cleanup-worker capture: {exc}", file=sys.stderr)
@@ -63,9 +65,10 @@ def main(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _writer(out: IO[str]) -> Callable[[list[dict[str, Any]]], None]:
+def _writer(out: IO[str], done: Callable[[int], object]) -> Callable[[list[dict[str, Any]]], None]:
     def write(records: list[dict[str, Any]]) -> None:
         out.writelines(json.dumps(record, separators=(",", ":")) + "\n" for record in records)
+        done(len(records))
         out.flush()  # a followed capture that is killed keeps every page it read
 
     return write

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("worker.sweep", "delete the sessions whose ttl has passed (instead of waiting for DynamoDB TTL)"),
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),
     "health": ("worker.health", "container health check: exit 0 while the poller (or, with --kcl, the KCL) progresses"),
+    "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),
 }
 
 

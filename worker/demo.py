@@ -215,14 +215,14 @@ class Demo:
         for session in explicit:
             end_session(self.ddb, self.table, session.session_id, names=runtime.settings.attributes)
         report = sweep(runtime, table=self.table)
-        progress(f"sweeper: {report.summary()}")
+        progress(f"sweeper: {sweep_line(report.summary())}")
 
     def consume(self, runtime: Any, stream_arn: str) -> None:
         from cleanup.streams.poller import StreamPoller
 
         progress("stream poller: consuming the table's stream until it is drained")
         summary = StreamPoller(runtime, stream_arn, consumer_id="demo").run(until_idle=True)
-        progress(f"stream poller: {summary}")
+        progress(f"stream poller: {poll_line(summary.as_dict())}")
 
     def observe(self, key_arn: str, outcomes: OutcomeLog) -> None:
         for session in self.sessions:
@@ -277,3 +277,33 @@ class Demo:
         if bad:
             print(f"NOT CLEAN: {', '.join(bad)}")
         return ExitCode.FAILED if bad else ExitCode.OK
+
+
+def sweep_line(summary: dict[str, Any]) -> str:
+    """A sweep's counts as a sentence (only the counts that are not zero)."""
+    counts = ", ".join(
+        f"{summary[name]} {name}"
+        for name in ("swept", "gone", "kept", "planned", "deferred", "failed")
+        if summary.get(name)
+    )
+    line = f"{summary['expired']} expired sessions found in {summary['buckets']} expiry buckets"
+    line += f" ({counts})" if counts else ""
+    if summary.get("failedBuckets"):
+        line += f"; {summary['failedBuckets']} buckets could not be read"
+    return line
+
+
+def poll_line(summary: dict[str, Any]) -> str:
+    """A poller run's summary as a sentence."""
+    line = (
+        f"{summary['records']} records read: {summary['cleaned']} cleaned, {summary['skipped']} skipped, "
+        f"{summary['failed']} failed attempts, {summary['dead_lettered']} dead-lettered"
+    )
+    if summary.get("planned"):
+        line += f", {summary['planned']} planned (dry run)"
+    shards = len(summary["checkpoints"])
+    line += f"; checkpoints on {shards} shard{'s' if shards != 1 else ''}"
+    for name in ("blocked", "lost"):
+        if summary[name]:
+            line += f"; {len(summary[name])} {name}"
+    return line

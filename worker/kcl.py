@@ -18,6 +18,10 @@ Guarantees, per shard:
   queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt.
 * A dry run (CLEANUP_MODE=dry-run) checkpoints nothing, SHARD_END included, and dead-letters nothing: each record is
   tried once and a failure reported, so the records are delivered again to the next (enforce) processor.
+* The kill switch is read before every batch. Paused, ``process_records`` does not return (returning acknowledges
+  the batch): it waits, reading the switch again, and the daemon keeps the shard's lease meanwhile. Turned to a dry
+  run, the processor checkpoints nothing more until it is restarted: the records it only planned are delivered again
+  from the last checkpoint to the processor that follows.
 * stdout carries the protocol and nothing else: file descriptor 1 is handed to the protocol and then pointed at
   stderr, where logs and metrics go, so a stray print (ours or a library's) cannot corrupt the protocol.
 """
@@ -33,6 +37,7 @@ from typing import IO, Any
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from cleanup.inplace import Backoff, InPlaceBatch, consumes
+from cleanup.operations.killswitch import Mode
 from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
@@ -43,6 +48,7 @@ from worker.health import MarkingCheckpointer, MessageMarker, Watched
 CHECKPOINT_TRIES = 6
 RETRYABLE_CHECKPOINT_ERRORS = frozenset({"ThrottlingException", "KinesisClientLibDependencyException"})
 FINAL_CHECKPOINT_ERRORS = frozenset({"ShutdownException", "InvalidStateException"})
+PAUSED_POLL_SECONDS = 0.5  # how often a paused processor looks at the switch again (it answers from its cache)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +114,7 @@ class ShardProcessor:
 
     def process_records(self, process_records_input: Any) -> None:
         """Clean the batch, retrying in place, and checkpoint behind the clean records."""
+        self._follow_switch()
         delivered = list(process_records_input.records)
         batch = InPlaceBatch([decode(record) for record in delivered], self.runtime)
         checkpointer = process_records_input.checkpointer
@@ -120,6 +127,17 @@ class ShardProcessor:
             if not batch.finished:
                 time.sleep(batch.wait())
         self.all_clean = self.all_clean and batch.finished
+
+    def _follow_switch(self) -> None:
+        """Wait while the kill switch pauses cleanup; after a batch planned under its dry run, checkpoint no more."""
+        while self.runtime.refresh_mode() is Mode.PAUSED:
+            time.sleep(PAUSED_POLL_SECONDS)
+        if not self.dry_run and not consumes(self.runtime.settings):
+            self.dry_run = True
+            log.warning(
+                "kill switch: dry run; no checkpoint is written any more by this processor",
+                extra={"shardId": self.shard_id},
+            )
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         # Another worker owns the shard now and resumes from the last checkpoint: checkpointing is no longer allowed.

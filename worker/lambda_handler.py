@@ -5,6 +5,11 @@ Returns ``{"batchItemFailures": [{"itemIdentifier": <SequenceNumber>}, ...]}``: 
 those accepted by the dead-letter queue, named by ``dynamodb.SequenceNumber`` (a DynamoDB stream) or by
 ``kinesis.sequenceNumber`` (a Kinesis stream, whose ``data`` is decoded as the KCL processor decodes it). Lambda then
 resumes from the lowest reported sequence number, which cleanup tolerates because every action is idempotent.
+
+The kill switch is read at the start of every invocation. Paused, the handler raises ``PausedError`` before touching
+anything: the invocation fails, so the mapping delivers the whole batch again, whatever its FunctionResponseTypes say
+(a partial batch response naming every record would be taken for success by a mapping without
+ReportBatchItemFailures, and the records would be lost). How long records wait so: README, "The kill switch".
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from cleanup.aws.retry import Deadline
+from cleanup.exceptions import PausedError
+from cleanup.operations.killswitch import Mode
 from cleanup.pipeline import run_batch
 from cleanup.runtime import WarmRuntime
 from schemas.outcomes import Outcome
@@ -32,6 +39,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     table = mapping_table(records)
     if table is not None:
         runtime = runtime.with_session_table(table)
+    if runtime.refresh_mode() is Mode.PAUSED:
+        runtime.metrics.count("PausedBatches")
+        runtime.metrics.flush()
+        raise PausedError("cleanup is paused by the kill switch: the batch is left in the stream")
     outcomes = run_batch(records, runtime, Deadline.from_lambda_context(context))
     return batch_response(outcomes)
 

@@ -58,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def exit_code(summary: PollSummary) -> ExitCode:
-    """1 when something is left undone: a record still failing, or records the stream lost before they were read
-    (trimmed: already reported by sequence number, and to be redriven or cleaned by hand)."""
-    return ExitCode.FAILED if summary.blocked or summary.lost else ExitCode.OK
+    """1 when something is left undone: a record still failing, records the stream lost before they were read
+    (trimmed: already reported by sequence number, and to be redriven or cleaned by hand), or records left in the
+    stream because the kill switch paused cleanup."""
+    return ExitCode.FAILED if summary.blocked or summary.lost or summary.paused else ExitCode.OK

@@ -31,6 +31,7 @@ from cleanup.operations.redrive import MessageResult, redrive
 from cleanup.runtime import Runtime, require_session_table
 from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
+from worker.progress import bar
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -100,15 +101,21 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
     sqs = runtime.clients.sqs
     report = Report(dry_run=runtime.settings.cleanup_mode is CleanupMode.DRY_RUN)
     kept: list[str] = []
+    total = _depth(sqs, args.queue_url)
     try:
-        for message in _messages(sqs, args.queue_url, args.wait_seconds):
-            result = redrive(message["Body"], runtime)
-            report.messages.append((message["MessageId"], result))
-            if result.settled and not report.dry_run:
-                receipt = message["ReceiptHandle"]
-                call(sqs.delete_message, "DeleteMessage", None, QueueUrl=args.queue_url, ReceiptHandle=receipt)
-            else:
-                kept.append(message["ReceiptHandle"])
+        with bar("redrive", total=total, unit="messages", quiet=args.as_json) as progress:
+            for message in _messages(sqs, args.queue_url, args.wait_seconds):
+                result = redrive(message["Body"], runtime)
+                report.messages.append((message["MessageId"], result))
+                if result.settled and not report.dry_run:
+                    receipt = message["ReceiptHandle"]
+                    call(sqs.delete_message, "DeleteMessage", None, QueueUrl=args.queue_url, ReceiptHandle=receipt)
+                else:
+                    kept.append(message["ReceiptHandle"])
+                if not args.as_json:  # each message as soon as it is done: a long redrive shows how it goes
+                    progress.clear()
+                    _print_message(message["MessageId"], result, report.dry_run, out)
+                progress.update()
     except CleanupError as exc:
         print(f"cleanup-worker redrive: {exc}", file=sys.stderr)
         return ExitCode.USAGE if isinstance(exc, PermanentError) and not report.messages else ExitCode.FAILED
@@ -153,23 +160,43 @@ def _release(sqs: SQSClient, queue_url: str, receipts: list[str]) -> None:
             )
 
 
+def _depth(sqs: SQSClient, queue_url: str) -> int | None:
+    """How many messages the queue holds, for the progress bar's ETA (None if it cannot be asked)."""
+    try:
+        answer = call(
+            sqs.get_queue_attributes,
+            "GetQueueAttributes",
+            None,
+            QueueUrl=queue_url,
+            AttributeNames=["ApproximateNumberOfMessages"],
+        )
+    except CleanupError:
+        return None
+    depth = str(answer.get("Attributes", {}).get("ApproximateNumberOfMessages", ""))
+    return int(depth) if depth.isdigit() else None
+
+
+def _print_message(message_id: str, result: MessageResult, dry_run: bool, out: IO[str]) -> None:
+    cleaned = sum(1 for o in result.outcomes if not o.failed)
+    verdict = ("would be deleted" if dry_run else "deleted") if result.settled else "kept"
+    print(f"{message_id}  {result.kind:<11}  {len(result.outcomes)} records, {cleaned} clean  {verdict}", file=out)
+    for outcome in result.outcomes:
+        if outcome.failed:
+            print(f"    failed {outcome.sequence_number}: {outcome.error}", file=out)
+    for lost in result.lost:
+        print(f"    lost {lost.first}..{lost.last}: {lost.why}", file=out)
+    for note in (result.duplicate, result.gone, result.error):
+        if note:
+            print(f"    {note}", file=out)
+    out.flush()
+
+
 def _print(report: Report, out: IO[str], *, as_json: bool) -> None:
+    """The end of the report: the JSON summary, or (the messages being printed already) the totals."""
     summary = report.summary()
     if as_json:
         print(json.dumps(summary), file=out)
         return
-    for message_id, result in report.messages:
-        cleaned = sum(1 for o in result.outcomes if not o.failed)
-        verdict = ("would be deleted" if report.dry_run else "deleted") if result.settled else "kept"
-        print(f"{message_id}  {result.kind:<11}  {len(result.outcomes)} records, {cleaned} clean  {verdict}", file=out)
-        for outcome in result.outcomes:
-            if outcome.failed:
-                print(f"    failed {outcome.sequence_number}: {outcome.error}", file=out)
-        for lost in result.lost:
-            print(f"    lost {lost.first}..{lost.last}: {lost.why}", file=out)
-        for note in (result.duplicate, result.gone, result.error):
-            if note:
-                print(f"    {note}", file=out)
     if report.dry_run:
         done = f"dry run, nothing deleted: {summary['wouldDelete']} would be deleted"
     else:

@@ -15,21 +15,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from cleanup.classify import item_key
 from cleanup.exceptions import SourceFileError
-from cleanup.operations.sources import FileRecord, Location, Rejected, read_file
+from cleanup.operations.sources import Entry, FileReader, FileRecord, Location, Rejected
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime, require_session_table
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord
 from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
-
-PROGRESS_FROM = 500  # records; shorter files finish before a bar would help
+from worker.progress import bar
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,46 +59,67 @@ DRY_RUN: dict[str, Any] = {
 
 
 def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) -> int:
-    """Replay ``args.files`` on ``runtime`` and print the report to ``out``; returns the exit code."""
+    """Replay ``args.files`` on ``runtime`` and print the report to ``out`` as it goes; returns the exit code.
+
+    The files are read and cleaned a chunk at a time, and each chunk's rows are printed before the next is read:
+    memory stays bounded whatever the files' size.
+    """
     out = out or sys.stdout
+    reader = FileReader(list(args.files))
+    dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
+    report = Report()
+    show = Shown(out, as_json=args.as_json, plan=dry_run)
     try:
-        entries = [entry for path in args.files for entry in read_file(path)]
+        total = reader.total_bytes
+        with bar("replay", total=total, unit="B", unit_scale=True, quiet=args.as_json) as progress:
+            for results in replay_chunks(reader, runtime):
+                report.add(results)
+                show.rows(results)
+                progress.update(reader.bytes_read - progress.n)
+                progress.set_postfix(records=report.records, failed=len(report.failed), refresh=False)
     except SourceFileError as exc:
         print(f"cleanup-worker replay: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    records = [entry for entry in entries if isinstance(entry, FileRecord)]
-    report = Report(rejected=[entry for entry in entries if isinstance(entry, Rejected)])
-    report.results = replay(records, runtime, Progress(len(records), sys.stderr))
-    dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
-    if args.as_json:
-        print(json.dumps(report.summary(plan=dry_run)), file=out)
-    else:
-        print_table(report, out)
+    show.end(report)
     return ExitCode.FAILED if report.failures() else ExitCode.OK
 
 
-def replay(
-    records: Sequence[FileRecord], runtime: Runtime, progress: Progress | None = None, chunk: int | None = None
-) -> list[Result]:
-    """Run the records through ``run_batch`` in chunks (for the progress bar), keeping each item's order across them."""
+def replay(records: Iterable[Entry], runtime: Runtime, chunk: int | None = None) -> list[Result]:
+    """Every record's result (``replay_chunks``, gathered: for callers that want them all at once)."""
+    return [r for results in replay_chunks(records, runtime, chunk) for r in results if isinstance(r, Result)]
+
+
+def replay_chunks(entries: Iterable[Entry], runtime: Runtime, chunk: int | None = None) -> Iterator[list[Row]]:
+    """Run the entries through ``run_batch`` a chunk at a time, keeping each item's order across chunks; yields each
+    chunk's results (and what in it could not be read) as soon as it is done."""
     chunk = chunk or max(64, runtime.settings.max_concurrency * 4)
     failed_items: dict[str, str] = {}  # item key -> sequence number of its failed record
-    results: list[Result] = []
-    for start in range(0, len(records), chunk):
-        batch = records[start : start + chunk]
-        blocked = {i: failed_items[_key(e)] for i, e in enumerate(batch) if _key(e) in failed_items}
-        todo = [entry for i, entry in enumerate(batch) if i not in blocked]
-        done = iter(run_batch([entry.record for entry in todo], runtime))
-        for index, entry in enumerate(batch):
+    for batch in _chunks(entries, chunk):
+        records = [entry for entry in batch if isinstance(entry, FileRecord)]
+        blocked = {i: failed_items[_key(e)] for i, e in enumerate(records) if _key(e) in failed_items}
+        todo = [entry for i, entry in enumerate(records) if i not in blocked]
+        done = iter(run_batch([entry.record for entry in todo], runtime) if todo else [])
+        results: list[Row] = [entry for entry in batch if isinstance(entry, Rejected)]
+        for index, entry in enumerate(records):
             outcome = _blocked(entry, blocked[index]) if index in blocked else next(done)
             if outcome.failed and _key(entry) and _key(entry) not in failed_items:
                 failed_items[_key(entry)] = outcome.sequence_number
             results.append(Result(outcome, entry.location))
-        if progress:
-            progress.advance(len(batch))
-    if progress:
-        progress.close()
-    return results
+        yield results
+
+
+def _chunks(entries: Iterable[Entry], size: int) -> Iterator[list[Entry]]:
+    """The entries in lists of ``size`` records (with whatever could not be read among them)."""
+    batch: list[Entry] = []
+    records = 0
+    for entry in entries:
+        batch.append(entry)
+        records += isinstance(entry, FileRecord)
+        if records >= size:
+            yield batch
+            batch, records = [], 0
+    if batch:
+        yield batch
 
 
 def _key(entry: FileRecord) -> str:
@@ -124,36 +145,48 @@ class Result:
     location: Location
 
 
+Row = Result | Rejected
+"""A replayed record's result, or something in a file that is not a record."""
+
+
 @dataclass
 class Report:
-    """The outcomes of a replay, and what in the files could not be processed at all."""
+    """What a replay did: counts by status, and every failure (a failed record, or something that is not one)."""
 
-    rejected: list[Rejected]
-    results: list[Result] = field(default_factory=list)
+    counts: Counter[Status] = field(default_factory=Counter)
+    failed: list[Result] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
 
-    def count(self, status: Status) -> int:
-        return sum(1 for result in self.results if result.outcome.status is status)
+    @property
+    def records(self) -> int:
+        return self.counts.total() + len(self.rejected)
+
+    def add(self, results: list[Row]) -> None:
+        for result in results:
+            if isinstance(result, Rejected):
+                self.rejected.append(result)
+                continue
+            self.counts[result.outcome.status] += 1
+            if result.outcome.failed:
+                self.failed.append(result)
 
     def failures(self) -> list[dict[str, Any]]:
         """Every failed record: its sequence number and its error, prefixed by where it was found."""
         failed: list[dict[str, Any]] = [
             {"sequenceNumber": r.outcome.sequence_number, "error": f"{r.location}: {_error(r.outcome)}"}
-            for r in self.results
-            if r.outcome.failed
+            for r in self.failed
         ]
         failed += [{"sequenceNumber": r.sequence_number, "error": f"{r.location}: {r.error}"} for r in self.rejected]
         return failed
 
-    def summary(self, *, plan: bool = False) -> dict[str, Any]:
-        line: dict[str, Any] = {
-            "records": len(self.results) + len(self.rejected),
-            "cleaned": self.count(Status.CLEANED),
-            "skipped": self.count(Status.SKIPPED),
+    def summary(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "cleaned": self.counts[Status.CLEANED],
+            "planned": self.counts[Status.PLANNED],
+            "skipped": self.counts[Status.SKIPPED],
             "failed": self.failures(),
         }
-        if plan:
-            line["plan"] = [r.outcome.summary() for r in self.results]
-        return line
 
 
 def _error(outcome: Outcome) -> str:
@@ -161,28 +194,57 @@ def _error(outcome: Outcome) -> str:
     return f"{error} (dead-lettered)" if outcome.dead_lettered else error
 
 
-def print_table(report: Report, out: IO[str]) -> None:
-    """One row per record (sequence number, event, status, why, key, actions), then the failures and a summary."""
-    rows = [("SEQUENCE", "EVENT", "STATUS", "WHY", "KEY", "ACTIONS")]
-    for result in report.results:
-        o = result.outcome
-        why = o.reason.value if o.reason else (o.skip_reason or "")
-        actions = "; ".join(describe(action) for action in o.actions)
-        rows.append((o.sequence_number, o.event_name or "-", o.status.value, why, o.key or "-", actions or "-"))
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1], file=out)
-    failures = report.failures()
-    if failures:
-        print("\nfailed:", file=out)
-        for failure in failures:
-            print(f"  {failure['sequenceNumber'] or '?'}  {failure['error']}", file=out)
-    summary = report.summary()
-    print(
-        f"\n{summary['records']} records: {summary['cleaned']} cleaned, {summary['skipped']} skipped, "
-        f"{len(failures)} failed",
-        file=out,
-    )
+HEADER = ("SEQUENCE", "EVENT", "STATUS", "WHY", "KEY", "ACTIONS")
+
+
+class Shown:
+    """The report on ``out`` as the replay goes: a table's rows chunk by chunk, or one JSON object (whose ``plan``,
+    in a dry run, is written record by record) once it ends."""
+
+    def __init__(self, out: IO[str], *, as_json: bool, plan: bool) -> None:
+        self.out, self.as_json, self.plan = out, as_json, plan and as_json
+        self._started = False
+
+    def rows(self, results: list[Row]) -> None:
+        shown = [r for r in results if isinstance(r, Result)]
+        if self.plan:
+            for result in shown:
+                self.out.write(("," if self._started else '{"plan": [') + json.dumps(result.outcome.summary()))
+                self._started = True
+        elif not self.as_json and shown:
+            self._table(shown)
+
+    def _table(self, results: list[Result]) -> None:
+        rows = [] if self._started else [HEADER]
+        for o in (result.outcome for result in results):
+            why = o.reason.value if o.reason else (o.skip_reason or "")
+            actions = "; ".join(describe(action) for action in o.actions)
+            rows.append((o.sequence_number, o.event_name or "-", o.status.value, why, o.key or "-", actions or "-"))
+        widths = [max(len(row[column]) for row in [HEADER, *rows]) for column in range(len(HEADER) - 1)]
+        for row in rows:
+            cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            print(f"{cells}  {row[-1]}", file=self.out)
+        self._started = True
+
+    def end(self, report: Report) -> None:
+        """The summary: the JSON object's counts and failures, or the table's failures and a summary line."""
+        summary = report.summary()
+        if self.as_json:
+            body = json.dumps(summary)
+            opening = ("]," if self._started else '{"plan": [],') if self.plan else "{"
+            print(opening + body[1:], file=self.out)
+            return
+        failures = summary["failed"]
+        if failures:
+            print("\nfailed:", file=self.out)
+            for failure in failures:
+                print(f"  {failure['sequenceNumber'] or '?'}  {failure['error']}", file=self.out)
+        planned = f"{summary['planned']} planned (dry run), " if summary["planned"] else ""
+        print(
+            f"\n{summary['records']} records: {summary['cleaned']} cleaned, {planned}{summary['skipped']} skipped, "
+            f"{len(failures)} failed",
+            file=self.out,
+        )
 
 
 def describe(action: ActionResult) -> str:
@@ -203,24 +265,3 @@ def describe(action: ActionResult) -> str:
 def _s3_url(detail: dict[str, Any]) -> str:
     bucket = detail.get("bucket")
     return f"s3://{bucket}/{detail.get('prefix')}" if bucket else str(detail.get("prefix"))
-
-
-class Progress:
-    """A one-line progress bar on a terminal; silent when the stream is not one or the work is short."""
-
-    def __init__(self, total: int, stream: IO[str], width: int = 30) -> None:
-        self.total, self.done, self.width, self.stream = total, 0, width, stream
-        self.enabled = total >= PROGRESS_FROM and stream.isatty()
-
-    def advance(self, count: int) -> None:
-        self.done += count
-        if self.enabled:
-            filled = self.width * self.done // self.total
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\rreplay [{bar}] {self.done}/{self.total} records")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()

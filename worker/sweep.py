@@ -2,6 +2,8 @@
 
 Both run :func:`cleanup.expiry.sweeper.sweep` once over ``SESSION_TABLE``. The sweep's deletes reach the usual cleanup
 through the table's stream; this entry point only turns the sweep's report into an exit code or a Lambda result.
+The kill switch is read before each run: paused, the run deletes nothing (``{"paused": true}``); turned to a dry run,
+the sweep plans as under CLEANUP_MODE=dry-run.
 """
 
 from __future__ import annotations
@@ -9,13 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
+from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime, WarmRuntime
 from worker.exit_codes import ExitCode
+from worker.progress import bar
+
+PAUSED = {"paused": True, "reason": "cleanup is paused by the kill switch: nothing was deleted"}
 
 warm = WarmRuntime()
 """The runtime kept between invocations (``warm.use(runtime)`` hands the handler another)."""
@@ -26,7 +33,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
     Failed deletes are not raised: the next scheduled sweep retries them, and the metrics and logs report them.
     """
-    report = sweep(warm.get(), deadline=Deadline.from_lambda_context(context))
+    runtime = warm.get()
+    if runtime.refresh_mode() is Mode.PAUSED:
+        return PAUSED
+    report = sweep(runtime, deadline=Deadline.from_lambda_context(context))
     return report.summary()
 
 
@@ -41,7 +51,11 @@ def main(args: argparse.Namespace) -> int:
     """Sweep once; print the counts as one JSON line. Exit 1 if a query or delete failed, 2 if misconfigured."""
     runner = Runtime.from_env(**({"session_table": args.table} if args.table else {}))
     try:
-        report = sweep(runner, page_size=args.page_size)
+        if runner.refresh_mode() is Mode.PAUSED:
+            print(json.dumps(PAUSED))
+            return ExitCode.FAILED
+        with bar("sweep", unit="buckets") as shown:
+            report = sweep(runner, page_size=args.page_size, progress=_advancing(shown))
     except MissingConfigError as exc:
         print(f"cleanup-worker sweep: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -49,3 +63,13 @@ def main(args: argparse.Namespace) -> int:
         runner.close()
     print(json.dumps(report.summary()))
     return ExitCode.OK if report.ok else ExitCode.FAILED
+
+
+def _advancing(shown: Any) -> Callable[[int, int], None]:
+    """Moves the bar to ``done`` of ``total`` expiry buckets read (their deletes follow)."""
+
+    def advance(done: int, total: int) -> None:
+        shown.total = total
+        shown.update(done - shown.n)
+
+    return advance

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -86,8 +87,11 @@ def sweep(
     now: int | None = None,
     deadline: Deadline | None = None,
     page_size: int | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> SweepReport:
     """Delete every session of ``table`` (default ``SESSION_TABLE``) whose ttl is before ``now``.
+
+    ``progress(done, total)`` is told of every expiry bucket read (a command's progress bar).
 
     Raises:
         MissingConfigError: no table to sweep.
@@ -108,7 +112,9 @@ def sweep(
     pool = runtime.executor
     queries = {pool.submit(_expired_in, runtime, table, bucket, now, deadline, page_size): bucket for bucket in buckets}
     deletes: list[Future[Verdict]] = []
-    for query in as_completed(queries):
+    for done, query in enumerate(as_completed(queries), start=1):
+        if progress is not None:
+            progress(done, len(buckets))
         try:
             found = query.result()
         except CleanupError as exc:

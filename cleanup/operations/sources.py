@@ -13,6 +13,9 @@ A file holds one JSON document or JSON lines of documents. A document is one of:
   or replay the object itself, which is the whole message).
 
 Every record keeps where it came from (file, line, position in its document), so a malformed one is named exactly.
+
+``FileReader`` reads JSON lines one line at a time, so memory stays bounded whatever the file's size (a one-document
+file, a Lambda event or a GetRecords response, is read whole: AWS bounds those at 6 MB and 1 MB).
 """
 
 from __future__ import annotations
@@ -109,21 +112,75 @@ def _read_lines(name: str, text: str, whole: str) -> list[Entry]:
     except json.JSONDecodeError:
         # Not JSON lines either: one JSON document that is broken; say where.
         raise SourceFileError(whole) from None
-    entries: list[Entry] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = Location(name, number)
-        try:
-            document = json.loads(line)
-        except json.JSONDecodeError as exc:
-            entries.append(Rejected(where, f"not JSON at column {exc.colno}: {exc.msg}"))
-            continue
-        except RecursionError:
-            entries.append(Rejected(where, "JSON nested too deeply to read"))
-            continue
-        entries.extend(_document(document, None, where))
-    return entries
+    return [entry for number, line in enumerate(lines, start=1) for entry in _line(Location(name, number), line)]
+
+
+def _line(where: Location, line: str) -> Iterator[Entry]:
+    """The records of one line of a JSON-lines file (none for a blank line)."""
+    if not line.strip():
+        return
+    try:
+        document = json.loads(line)
+    except json.JSONDecodeError as exc:
+        yield Rejected(where, f"not JSON at column {exc.colno}: {exc.msg}")
+        return
+    except RecursionError:
+        yield Rejected(where, "JSON nested too deeply to read")
+        return
+    yield from _document(document, None, where)
+
+
+class FileReader:
+    """The entries of several files, one at a time, in file order (``read_file``'s, without holding them).
+
+    ``bytes_read`` says how far the reading has come (for a progress bar over ``total_bytes``).
+    """
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+        self.bytes_read = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(Path(path).stat().st_size for path in self.paths if Path(path).is_file())
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Raises ``SourceFileError`` as ``read_file`` does (for JSON lines: only on the first line's account)."""
+        for path in self.paths:
+            if _is_json_lines(path):
+                yield from self._lines(path)
+            else:
+                yield from read_file(path)
+                self.bytes_read += Path(path).stat().st_size
+
+    def _lines(self, path: str) -> Iterator[Entry]:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                self.bytes_read += len(raw)
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield Rejected(Location(path, number), f"not UTF-8: {exc.reason}")
+                    continue
+                yield from _line(Location(path, number), line)
+
+
+def _is_json_lines(path: str) -> bool:
+    """Whether the file's first non-blank line is a JSON document of its own and another line follows: JSON lines,
+    read line by line. Anything else (one document, however laid out) is ``read_file``'s to read and judge."""
+    try:
+        with open(path, "rb") as handle:
+            lines = (raw for raw in handle if raw.strip())
+            first, second = next(lines, None), next(lines, None)
+    except OSError:
+        return False  # read_file reports it
+    if first is None or second is None:
+        return False
+    try:
+        json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 _UNKNOWN = "not a known shape"

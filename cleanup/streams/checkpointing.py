@@ -39,7 +39,8 @@ class PollCheckpoints:
         self._stopping = stopping
         self._wait = wait
         self._backoff = Backoff(settings)
-        self._writes = consumes(settings)
+        self.writes = consumes(settings)
+        """Whether checkpoints are written (never in a dry run, from CLEANUP_MODE or the kill switch)."""
 
     def persist(self, operation: str, call: Callable[[], T]) -> T:
         """Call the checkpoint table until it answers; throttling and server errors back off and are tried again.
@@ -78,7 +79,7 @@ class PollCheckpoints:
         Raises:
             TransientError: with ``strict``, instead of returning False.
         """
-        if not self._writes:
+        if not self.writes:
             return False
         try:
             call_with_retry(lambda: self.store.save(shard_id, checkpoint), self._settings, Deadline())
@@ -95,7 +96,7 @@ class PollCheckpoints:
     def save_last(self, positions: Iterable[tuple[str, str | None]]) -> None:
         """On the way out, each shard's (id, clean-through) position not written yet: one that cannot be written is
         logged, and its records after the last checkpoint are read again by the next consumer."""
-        if not self._writes:
+        if not self.writes:
             log.info("dry run: no checkpoint written; the next run starts where this one did")
             return
         for shard_id, position in positions:
@@ -110,7 +111,7 @@ class PollCheckpoints:
 
     def forget(self, shard_id: str) -> bool:
         """Delete a vanished shard's checkpoint, waiting for the table as long as it fails; False if stopped first."""
-        if not self._writes:
+        if not self.writes:
             del self.saved[shard_id]  # kept in the table, for the enforce run to report and delete
             return True
         try:

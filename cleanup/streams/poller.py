@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from cleanup.exceptions import LeaseLostError, StopRequested, StreamNotFoundError, TransientError
 from cleanup.inplace import Backoff, InPlaceBatch, consumes
+from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 BeforeCheckpoint = Callable[[str, list[Outcome]], None]
+PAUSED_POLL_SECONDS = 0.5  # how often a paused poller looks at the switch again (it answers from its own cache)
 
 
 class StreamPoller:
@@ -176,9 +178,32 @@ class StreamPoller:
                 wake = min([c.not_before for c in self._cursors.values()] + [next_discovery])
                 self._wait(wake - self._clock())
                 continue
+            if self._held(until_idle):
+                continue
             self._ensure_lease()
             self._step(min(ready, key=lambda c: c.not_before))
         self._checkpoints.save_last((c.shard_id, c.checkpoint) for c in self._cursors.values())
+
+    def _held(self, until_idle: bool) -> bool:
+        """Whether the kill switch holds the records: paused, the poller reads and checkpoints nothing and keeps its
+        lease (a ``--until-idle`` run ends). Between enforce and dry-run, reading starts again from the checkpoints:
+        records a dry run only planned are read again, and cleaned, once enforce is back."""
+        if self.runtime.refresh_mode() is Mode.PAUSED:
+            if until_idle:
+                self.summary.paused = True
+                self._stopping.set()
+            else:
+                self._wait(max(self.runtime.settings.poll_interval_seconds, PAUSED_POLL_SECONDS))
+            return True
+        writes = consumes(self.runtime.settings) and not self._dry_run
+        if writes != self._checkpoints.writes:
+            self._checkpoints.writes = writes
+            self._cursors.clear()
+            saved = self._checkpoints.load()
+            self._finished = {shard for shard, checkpoint in saved.items() if checkpoint.finished}
+            self._rediscover = True
+            return True
+        return False
 
     def _wait(self, seconds: float) -> None:
         end = self._clock() + max(0.0, seconds)

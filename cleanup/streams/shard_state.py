@@ -25,11 +25,15 @@ class PollSummary:
 
     records: int = 0
     cleaned: int = 0
+    planned: int = 0
+    """Sessions a dry run would have cleaned."""
     skipped: int = 0
     failed: int = 0
     dead_lettered: int = 0
     standby_polls: int = 0
     lease_lost: bool = False
+    paused: bool = False
+    """A ``--until-idle`` run ended because the kill switch paused cleanup, with records left in the stream."""
     finished_shards: list[str] = field(default_factory=list)
     checkpoints: dict[str, str] = field(default_factory=dict)
     blocked: list[str] = field(default_factory=list)
@@ -96,6 +100,8 @@ class BatchAttempts:
         for outcome in outcomes:
             if outcome.status is Status.CLEANED:
                 self.summary.cleaned += 1
+            elif outcome.status is Status.PLANNED:
+                self.summary.planned += 1
             elif outcome.status is Status.SKIPPED:
                 self.summary.skipped += 1
             elif outcome.dead_lettered:

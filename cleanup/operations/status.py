@@ -1,0 +1,188 @@
+"""The worker's state at a glance, gathered with read-only calls and the worker's own settings.
+
+* the mode in force: CLEANUP_MODE and the kill switch (read through the local agent, as the worker reads it);
+* the stream poller: each shard's checkpoint, its lag (records waiting after the checkpoint, and the age of the first
+  of them: a bounded read of at most ``LAG_PAGES`` GetRecords pages), and the stream lease's holder and term (one
+  Query of the checkpoint table);
+* the queues: depth (GetQueueAttributes) and oldest-message age, which SQS gives only as a CloudWatch metric
+  (GetMetricStatistics ``ApproximateAgeOfOldestMessage``; "unknown" when CloudWatch has no datapoint);
+* the last sweep, as CloudWatch saw it: the sweeper keeps no state of its own, but every sweep emits
+  ``SessionsSwept``; its latest datapoint is the last sweep ("unknown" when there is none in ``SWEEP_LOOKBACK``).
+
+Every failure of a read becomes an ``error`` in its part of the answer: a status is still worth showing half-known.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cleanup.aws.calls import call
+from cleanup.exceptions import CleanupError
+from cleanup.runtime import Runtime
+from cleanup.streams.checkpoint_table import table_call, table_exists
+from cleanup.streams.lease import LEASE_SHARD
+from cleanup.streams.reader import ShardReader, list_shards
+
+LAG_PAGES = 3
+SWEEP_LOOKBACK = timedelta(hours=3)
+QUEUE_AGE_LOOKBACK = timedelta(minutes=15)
+
+
+def mode(runtime: Runtime) -> dict[str, Any]:
+    """CLEANUP_MODE, whether a kill switch is configured, and the mode in force with where it comes from."""
+    switch = runtime.switch
+    return {
+        "environment": runtime.settings.cleanup_mode.value,
+        "killSwitch": "configured" if switch.configured else "not configured",
+        **switch.state().as_dict(),
+    }
+
+
+def poller(runtime: Runtime, stream_arn: str) -> dict[str, Any]:
+    """The lease and each shard's checkpoint and lag (read-only)."""
+    table = runtime.settings.checkpoint_table
+    try:
+        # No table: no poller has run (a Lambda deployment); the lag still says what one would find.
+        exists = table_exists(runtime.clients.dynamodb, table)
+        items = _checkpoint_items(runtime, table, stream_arn) if exists else {}
+        shards = list_shards(runtime.clients.streams, stream_arn)
+    except CleanupError as exc:
+        return {"stream": stream_arn, "table": table, "error": str(exc)}
+    lease = items.pop(LEASE_SHARD, None)
+    return {
+        "stream": stream_arn,
+        "table": table if exists else None,
+        "lease": _lease(lease),
+        "shards": [_shard(runtime, stream_arn, shard.shard_id, items.get(shard.shard_id)) for shard in shards],
+    }
+
+
+def _checkpoint_items(runtime: Runtime, table: str, stream_arn: str) -> dict[str, dict[str, Any]]:
+    dynamodb, items = runtime.clients.dynamodb, {}
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "stream = :stream",
+        "ExpressionAttributeValues": {":stream": {"S": stream_arn}},
+    }
+    while True:
+        page = table_call(dynamodb.query, "Query", table, **kwargs)
+        items.update({item["shard"]["S"]: item for item in page.get("Items", [])})
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _lease(item: dict[str, Any] | None) -> dict[str, Any]:
+    if item is None or "owner" not in item:
+        return {"holder": None, "term": None}
+    heartbeat = item.get("heartbeatAt", {}).get("N")
+    return {
+        "holder": item["owner"]["S"] or None,  # released: empty
+        "term": int(item["version"]["N"]) if "version" in item else None,
+        "heartbeatAt": _iso(float(heartbeat)) if heartbeat else None,
+    }
+
+
+def _shard(runtime: Runtime, stream_arn: str, shard_id: str, item: dict[str, Any] | None) -> dict[str, Any]:
+    checkpoint = (item or {}).get("sequenceNumber", {}).get("S")
+    line: dict[str, Any] = {"shardId": shard_id, "checkpoint": checkpoint}
+    if (item or {}).get("finished", {}).get("BOOL"):
+        return {**line, "finished": True, "waiting": 0}
+    # Without a checkpoint the poller starts at START_POSITION: the lag counts from there.
+    start = runtime.settings.start_position
+    reader = ShardReader(
+        runtime.clients.streams, stream_arn, shard_id, after=checkpoint, start=start, limit=1000, empty_reads_at_end=1
+    )
+    waiting, first = 0, None
+    try:
+        for _ in range(LAG_PAGES):
+            records = reader.read().records
+            waiting += len(records)
+            first = first or next(iter(records), None)
+            if reader.ended or not records:
+                break
+    except CleanupError as exc:
+        return {**line, "error": str(exc)}
+    line["waiting"] = waiting if waiting < LAG_PAGES * 1000 else f"{waiting}+"
+    if first is not None:
+        line["lagSeconds"] = round(time.time() - _created(first), 1)
+    return line
+
+
+def _created(record: dict[str, Any]) -> float:
+    created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+    return created.timestamp() if isinstance(created, datetime) else float(created or time.time())
+
+
+def queue(runtime: Runtime, url: str) -> dict[str, Any]:
+    """A queue's depth (visible and in flight) and its oldest message's age, as far as CloudWatch knows it."""
+    line: dict[str, Any] = {"url": url}
+    try:
+        answer = call(
+            runtime.clients.sqs.get_queue_attributes,
+            "GetQueueAttributes",
+            None,
+            QueueUrl=url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )
+    except CleanupError as exc:
+        return {**line, "error": str(exc)}
+    attributes = answer.get("Attributes", {})
+    line["messages"] = int(attributes.get("ApproximateNumberOfMessages", 0))
+    line["inFlight"] = int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0))
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    age = _latest(runtime, "AWS/SQS", "ApproximateAgeOfOldestMessage", {"QueueName": name}, QUEUE_AGE_LOOKBACK)
+    line["oldestAgeSeconds"] = age[1] if age else "unknown"
+    return line
+
+
+def last_sweep(runtime: Runtime) -> dict[str, Any]:
+    """When the last sweep ran and how many sessions it swept, from its ``SessionsSwept`` metric."""
+    dimensions = {"Service": runtime.settings.service_name}
+    namespace = runtime.settings.metrics_namespace
+    try:
+        latest = _latest(runtime, namespace, "SessionsSwept", dimensions, SWEEP_LOOKBACK, stat="Sum")
+    except CleanupError as exc:
+        return {"error": str(exc)}
+    if latest is None:
+        hours = SWEEP_LOOKBACK.total_seconds() / 3600
+        return {"at": "unknown", "why": f"no SessionsSwept datapoint in the last {hours:.0f} h"}
+    return {"at": latest[0], "swept": int(latest[1])}
+
+
+def _latest(
+    runtime: Runtime,
+    namespace: str,
+    metric: str,
+    dimensions: dict[str, str],
+    lookback: timedelta,
+    stat: str = "Maximum",
+) -> tuple[str, float] | None:
+    """The latest datapoint (time, value) of a CloudWatch metric within ``lookback``, or None.
+
+    Raises:
+        TransientError / PermanentError: CloudWatch could not be read.
+    """
+    now = datetime.now(UTC)
+    answer = call(
+        runtime.clients.get("cloudwatch").get_metric_statistics,
+        "GetMetricStatistics",
+        None,
+        Namespace=namespace,
+        MetricName=metric,
+        Dimensions=[{"Name": name, "Value": value} for name, value in dimensions.items()],
+        StartTime=now - lookback,
+        EndTime=now,
+        Period=60,
+        Statistics=[stat],
+    )
+    points = sorted(answer.get("Datapoints", []), key=lambda point: point["Timestamp"])
+    if not points:
+        return None
+    return points[-1]["Timestamp"].isoformat(), float(points[-1][stat])
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")

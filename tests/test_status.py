@@ -1,0 +1,96 @@
+"""``cleanup-worker status`` through the real CLI against moto: what it shows, and that it changes nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cleanup.streams.lease import Lease
+from tests.stack import SessionStack, client
+from tests.test_poller import checkpoint, make_poller, sequence_numbers
+from worker import cli
+from worker.local.appconfig import LocalAgent, flag
+
+
+@pytest.fixture
+def status_env(worker_env: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
+    monkeypatch.setenv("CHECKPOINT_TABLE", f"ckpt-{worker_env.table}")
+    return worker_env
+
+
+def status(capsys: pytest.CaptureFixture[str], *options: str) -> tuple[int, Any]:
+    code = cli.main(["status", *options])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if "--json" in options else out
+
+
+def test_status_shows_checkpoints_lag_lease_queues_and_mode_and_changes_nothing(status_env, capsys, monkeypatch):
+    stack = status_env
+    stack.put_session("a")
+    stack.delete("a")
+    make_poller(stack).run(until_idle=True)
+    done = sequence_numbers(stack)[-1]
+    stack.put_session("b")  # two records after the checkpoint: waiting
+    lease = Lease(stack.ddb, f"ckpt-{stack.table}", stack.stream_arn, "worker-a", 20.0)
+    assert lease.try_acquire()
+    sqs = client("sqs")
+    dead_letters = sqs.create_queue(QueueName=f"dlq-{stack.table}")["QueueUrl"]
+    for n in range(2):
+        sqs.send_message(QueueUrl=dead_letters, MessageBody=f"m{n}")
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", dead_letters)
+
+    code, report = status(capsys, "--table-name", stack.table, "--json")
+
+    assert code == 0
+    assert report["mode"]["mode"] == "enforce" and report["mode"]["killSwitch"] == "not configured"
+    [shard] = report["poller"]["shards"]
+    assert shard["checkpoint"] == done and shard["waiting"] == 1 and shard["lagSeconds"] >= 0
+    assert report["poller"]["lease"]["holder"] == "worker-a"
+    assert report["queues"]["deadLetter"]["messages"] == 2
+    assert report["queues"]["deadLetter"]["oldestAgeSeconds"] == "unknown"  # moto keeps no SQS metrics
+    assert report["lastSweep"]["at"] == "unknown"
+    assert checkpoint(stack)["sequenceNumber"]["S"] == done
+    attributes = sqs.get_queue_attributes(QueueUrl=dead_letters, AttributeNames=["ApproximateNumberOfMessages"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "2"
+
+
+def test_status_on_a_terminal_is_one_screen_of_lines(status_env, capsys):
+    stack = status_env
+    stack.put_session("a")
+    make_poller(stack).run(until_idle=True)
+
+    code, out = status(capsys, "--table-name", stack.table)
+
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("mode         enforce (from environment")
+    assert "lease        nobody" in lines
+    assert any(line.startswith("shard        ") and line.endswith("caught up") for line in lines)
+    assert lines[-1].startswith("last sweep   unknown")
+
+
+def test_status_without_a_stream_is_a_usage_error(worker_env, capsys):
+    assert cli.main(["status", "--table-name", "no-such-table"]) == 2
+
+
+def test_status_shows_the_kill_switch_as_the_worker_reads_it(status_env, capsys, monkeypatch):
+    stack = status_env
+    stack.put_session("a")
+    with LocalAgent() as agent:
+        agent.serve(flag(False))
+        for name, value in agent.env().items():
+            monkeypatch.setenv(name, value)
+
+        code, report = status(capsys, "--table-name", stack.table, "--json")
+
+    assert code == 0
+    assert report["mode"] | {"error": None} == {
+        "environment": "enforce",
+        "killSwitch": "configured",
+        "mode": "paused",
+        "source": "appconfig",
+        "flag": "paused",
+        "error": None,
+    }

@@ -1,0 +1,118 @@
+"""``cleanup-worker status``: the worker's state on one screen (or in one JSON object), from read-only calls.
+
+Mode and kill switch; for the stream poller, each shard's checkpoint and lag and the lease's holder and term; the
+depth and oldest-message age of the dead-letter queue (DEAD_LETTER_QUEUE_URL) and of the on-failure queue (given on
+the command line: it is the mapping's, not a setting of the worker); the last sweep. The gathering is
+``cleanup.operations.status``; this module picks the stream and prints.
+
+Exit code: 0 when every part could be read, 1 when some could not (shown with its error), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import IO, Any
+
+from cleanup.exceptions import CleanupError
+from cleanup.operations import status
+from cleanup.runtime import Runtime
+from cleanup.streams.reader import latest_stream_arn
+from worker.exit_codes import ExitCode
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--table-name", help="the poller's table (default: SESSION_TABLE): its latest stream")
+    source.add_argument("--stream-arn", help="the poller's stream")
+    parser.add_argument("--on-failure-queue-url", help="the event source mapping's on-failure queue")
+    parser.add_argument("--json", action="store_true", dest="as_json", help="print one JSON object on stdout")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Gather the status with the settings from the environment and print it."""
+    runtime = Runtime.from_env()
+    try:
+        report = gather(args, runtime)
+    finally:
+        runtime.close()
+    if report is None:
+        return ExitCode.USAGE
+    if args.as_json:
+        print(json.dumps(report))
+    else:
+        show(report, sys.stdout)
+    return ExitCode.FAILED if _errors(report) else ExitCode.OK
+
+
+def gather(args: argparse.Namespace, runtime: Runtime) -> dict[str, Any] | None:
+    """Every part of the status (None, with a line on stderr, when there is no stream to look at)."""
+    table = args.table_name or runtime.settings.session_table
+    try:
+        stream_arn = args.stream_arn or latest_stream_arn(runtime.clients.dynamodb, table or "")
+    except CleanupError as exc:
+        print(f"cleanup-worker status: {exc}", file=sys.stderr)
+        return None
+    queues = {"deadLetter": runtime.settings.dead_letter_queue_url, "onFailure": args.on_failure_queue_url}
+    return {
+        "mode": status.mode(runtime),
+        "poller": status.poller(runtime, stream_arn),
+        "queues": {name: status.queue(runtime, url) for name, url in queues.items() if url},
+        "lastSweep": status.last_sweep(runtime),
+    }
+
+
+def _errors(report: dict[str, Any]) -> bool:
+    """Whether a part could not be read (an unreadable kill switch is shown, but the mode in force is known)."""
+    poller = report["poller"]
+    parts = [poller, *poller.get("shards", []), *report["queues"].values(), report["lastSweep"]]
+    return any(part.get("error") for part in parts)
+
+
+def show(report: dict[str, Any], out: IO[str]) -> None:
+    """The status as a few aligned lines per part."""
+    mode = report["mode"]
+    print(
+        f"mode         {mode['mode']} (from {mode['source']}; CLEANUP_MODE {mode['environment']}, "
+        f"kill switch {mode['killSwitch']})",
+        file=out,
+    )
+    if mode.get("error"):
+        print(f"             kill switch unreadable: {mode['error']}", file=out)
+    _show_poller(report["poller"], out)
+    for name, queue in report["queues"].items():
+        label = "dead-letter" if name == "deadLetter" else "on-failure"
+        if "error" in queue:
+            print(f"{label:<12} error: {queue['error']}", file=out)
+            continue
+        age = queue["oldestAgeSeconds"]
+        age_text = f"{age:.0f} s" if isinstance(age, float) else age
+        print(f"{label:<12} {queue['messages']} messages ({queue['inFlight']} in flight), oldest {age_text}", file=out)
+    sweep = report["lastSweep"]
+    text = sweep.get("error") or (
+        f"{sweep['at']}, {sweep['swept']} swept" if "swept" in sweep else f"unknown ({sweep['why']})"
+    )
+    print(f"last sweep   {text}", file=out)
+
+
+def _show_poller(poller: dict[str, Any], out: IO[str]) -> None:
+    print(f"stream       {poller['stream']}", file=out)
+    if "error" in poller:
+        print(f"             error: {poller['error']}", file=out)
+        return
+    if poller["table"] is None:
+        print("checkpoints  none: no poller has run on this stream (no checkpoint table)", file=out)
+    lease = poller["lease"]
+    holder = f"{lease['holder']} (term {lease['term']})" if lease["holder"] else "nobody"
+    print(f"lease        {holder}", file=out)
+    for shard in poller["shards"]:
+        if "error" in shard:
+            lag = f"error: {shard['error']}"
+        elif shard.get("finished"):
+            lag = "finished"
+        elif "lagSeconds" in shard:
+            lag = f"{shard['waiting']} records waiting, oldest {shard['lagSeconds']:.0f} s"
+        else:
+            lag = "caught up"
+        print(f"shard        {shard['shardId']}  checkpoint {shard['checkpoint'] or '-'}  {lag}", file=out)
