@@ -24,6 +24,7 @@ ENV = {
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # never called: nothing in the file is a session
     "METRICS_DESTINATION": "off",
     "LOG_LEVEL": "WARNING",
+    "SESSION_TABLE": "progress-sessions",  # replay refuses to start without one
 }
 
 
