@@ -106,7 +106,8 @@ class _Simulation:
 
     def to_on_failure(self, lane: _Lane, t: float, count: int) -> None:
         self.result.peak_iterator_age = max(self.result.peak_iterator_age, t - lane.arrival(lane.position))
-        self.result.on_failure_records += count
+        self.result.on_failure_records += count - min(count, lane.ahead)
+        lane.ahead = 0
         self.result.on_failure_messages += math.ceil(count / self.mapping.batch_size)
         self.skip(lane, count)
 
@@ -134,18 +135,24 @@ class _Simulation:
         if self.backlog.enabled:
             return self.invoke_deferring(lane, start, batch, pace, grants)
         effective = min(pace, grants)
-        done = batch if batch / effective <= usable else math.floor(effective * usable)
-        self.retire(done, start + done / effective)
-        lane.position += done
-        if done == batch:
-            lane.attempts = 0
+        turns = math.floor(effective * usable)
+        ahead = min(lane.ahead, batch)  # retired already: each costs a RetireGrant all the same (not found)
+        self.result.used["kms"] += min(ahead, turns)
+        if batch <= turns:
+            self.retire(batch - ahead, start + batch / effective)
+            lane.position, lane.ahead, lane.attempts = lane.position + batch, 0, 0
             return start + max(batch / pace, batch / effective)
+        self.retire(max(0, turns - ahead), start + turns / effective)
+        advance = math.floor(self.worker.in_order * turns)
+        lane.position, lane.ahead = lane.position + advance, turns - advance
         lane.attempts += 1
         retries = self.mapping.retry_attempts
         if retries >= 0 and lane.attempts > retries:
-            self.result.on_failure_records += batch - done
+            rest = batch - advance
+            self.result.on_failure_records += rest - lane.ahead  # those already retired are not lost
             self.result.on_failure_messages += 1
-            self.skip(lane, batch - done)
+            self.skip(lane, rest)
+            lane.ahead = 0
         return t + self.mapping.timeout - self.worker.margin
 
     def invoke_deferring(self, lane: _Lane, start: float, batch: int, pace: float, grants: float) -> float:

@@ -55,7 +55,7 @@ def test_a_batch_larger_than_its_timeout_allows_is_retried_then_discarded() -> N
 
     result = simulate(Expiry(10_000), mapping)
 
-    retired_in_one_invocation = 50 * (60 - 1 - Worker().overhead)
+    retired_in_one_invocation = 50 * (60 - Worker().margin - Worker().overhead)
     assert result.on_failure_records == pytest.approx(10_000 - retired_in_one_invocation, abs=2)
     assert result.on_failure_messages == 1
 
