@@ -107,3 +107,53 @@ def deliver(
             position, attempts = position + len(batch) - first, 0
     done.seconds = time.monotonic() - started
     return done
+
+
+def drain_queue(
+    sqs: Any,
+    queue: str,
+    invoke: Invoke,
+    *,
+    timeout: float,
+    concurrency: int,
+    stream_done: Callable[[], bool],
+    retry_after: float = 2.0,
+) -> float:
+    """Drain an SQS queue as an SQS event source mapping with ReportBatchItemFailures and MaximumConcurrency does,
+    until the stream is through and the queue is empty; returns when it was empty (seconds from the call)."""
+    import threading
+
+    started = time.monotonic()
+    emptied = [0.0]
+
+    def poll() -> None:
+        while True:
+            answer = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            messages = answer.get("Messages", [])
+            if not messages:
+                if stream_done() and _empty(sqs, queue):
+                    return
+                continue
+            event = {"Records": [{"messageId": m["MessageId"], "body": m["Body"]} for m in messages]}
+            failed = {f["itemIdentifier"] for f in invoke(event, Context(timeout))["batchItemFailures"]}
+            for message in messages:
+                if message["MessageId"] in failed:  # visible again after a while: the queue's visibility timeout
+                    sqs.change_message_visibility(
+                        QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=int(retry_after)
+                    )
+                else:
+                    sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+            emptied[0] = max(emptied[0], time.monotonic() - started)
+
+    threads = [threading.Thread(target=poll) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return emptied[0]
+
+
+def _empty(sqs: Any, queue: str) -> bool:
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=names)["Attributes"]
+    return all(int(attributes[name]) == 0 for name in names)

@@ -20,6 +20,7 @@ class Status(StrEnum):
     CLEANED = "cleaned"
     SKIPPED = "skipped"
     FAILED = "failed"
+    DEFERRED = "deferred"  # what is left (waiting for a quota) went to the backlog queue: handled, not failed
 
 
 class ActionStatus(StrEnum):

@@ -99,6 +99,7 @@ class Pacer:
         self.short_timeout = settings.http_timeout_seconds
         self.bulk_timeout = settings.bulk_timeout_seconds
         self._ceiling = settings.max_concurrency
+        self.quota_wait = settings.quota_wait_seconds  # with a backlog: how long a request waits for a rate's turn
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
 
@@ -126,9 +127,10 @@ class Pacer:
             raise OutOfTimeError(f"{operation}: not started, {max(0.0, remaining):.2f} s left before the deadline")
         gate = self.gate(service)
         started = time.monotonic()
-        turn = gate.rate.reserve(started + spare)
+        latest = spare if self.quota_wait is None else min(spare, self.quota_wait)
+        turn = gate.rate.reserve(started + latest)
         if turn is None:
-            raise OutOfTimeError(f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn before the deadline")
+            raise OutOfTimeError(f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn in {latest:.2f} s")
         if turn > started:
             time.sleep(turn - started)
         taken_in = gate.acquire(None if math.isinf(spare) else spare - (time.monotonic() - started))
