@@ -21,6 +21,7 @@ from cleanup.actions import scratch
 from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
 from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
+from cleanup.backlog import defer
 from cleanup.classify import Decision, classify, item_key
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
@@ -43,6 +44,7 @@ def run_batch(
     *,
     attempts: Mapping[str, int] | None = None,
     give_up: Callable[[Outcome], bool] | None = None,
+    backlog: bool = True,
 ) -> list[Outcome]:
     """Process a batch, dead-letter its permanent failures, and log and count every outcome.
 
@@ -53,6 +55,7 @@ def run_batch(
         attempts: how many times each record has now been tried (in its dead-letter message; once when not given).
         give_up: for consumers that retry in place (``cleanup.inplace``): which failed records to dead-letter now,
             permanent or not. Without it (Lambda, whose own retries come later) every permanent failure, at once.
+        backlog: whether transient failures go to BACKLOG_QUEUE_URL (when set); False for the backlog's own drain.
     """
     deadline = deadline or Deadline()
     outcomes = process_batch(records, runtime, deadline)
@@ -60,6 +63,10 @@ def run_batch(
     # Reporting may use half the margin the deadline keeps before the invocation's end: the rest is for answering.
     reporting = deadline.extended(SAFETY_MARGIN_SECONDS / 2)
     outcomes = dead_letter(outcomes, records, runtime, only=due, attempts=attempts, deadline=reporting)
+    # The backlog hook: what could only wait (a quota, time) leaves the stream for the backlog queue, with its
+    # actions left (cleanup.backlog); records given up on above are dead-lettered, not deferred.
+    if backlog:
+        outcomes = defer(outcomes, records, runtime, deadline=reporting)
     log_outcomes(outcomes)
     runtime.metrics.record_outcomes(outcomes)
     runtime.metrics.flush()

@@ -138,6 +138,8 @@ class Metrics:
                 self.count("RecordsSkipped")
             elif outcome.dead_lettered:
                 self.count("RecordsDeadLettered")
+            elif outcome.status is Status.DEFERRED:
+                self.count("RecordsDeferred")
             else:
                 self.count("RecordsFailed")
             for action in outcome.actions:

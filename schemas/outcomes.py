@@ -21,6 +21,7 @@ class Status(StrEnum):
     PLANNED = "planned"  # a dry run: the session would have been cleaned; nothing was changed
     SKIPPED = "skipped"
     FAILED = "failed"
+    DEFERRED = "deferred"  # what is left (waiting for a quota) went to the backlog queue: handled, not failed
 
 
 class ActionStatus(StrEnum):

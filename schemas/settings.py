@@ -117,6 +117,13 @@ class Settings(BaseSettings):
     """RACE_CHECK: read the live item before acting and leave alone what it still holds."""
     dead_letter_queue_url: str | None = None
     """DEAD_LETTER_QUEUE_URL: SQS queue for records that failed permanently (full record and error)."""
+    backlog_queue_url: str | None = None
+    """BACKLOG_QUEUE_URL: SQS queue for records whose cleanup could only wait (a quota, or time running out on
+    transient errors): each goes there with the actions it has left, and counts as handled; ``worker.backlog``
+    drains it. Unset: such records are reported failed and retried from the stream."""
+    quota_wait_seconds: float | None = Field(default=None, ge=0)
+    """QUOTA_WAIT_SECONDS: the longest a request waits for a turn at a throttling service's learnt rate; a request
+    with no turn that soon is not sent and its record is deferred to the backlog. Unset: up to the deadline."""
     dead_letter_bucket: str | None = None
     """DEAD_LETTER_BUCKET: where a record too large for one message is stored (the message names the object);
     unset: SCRATCH_BUCKET."""

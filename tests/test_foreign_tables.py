@@ -68,7 +68,10 @@ def test_a_replayed_record_of_another_table_is_skipped_and_frees_nothing(
 
     code = cli.main(["replay", "--json", str(path)])
 
-    assert (code, json.loads(capsys.readouterr().out)) == (0, {"records": 1, "cleaned": 0, "planned": 0, "skipped": 1, "failed": []})
+    assert (code, json.loads(capsys.readouterr().out)) == (
+        0,
+        {"records": 1, "cleaned": 0, "planned": 0, "skipped": 1, "failed": []},
+    )
     assert_untouched(stack, gateway, item, socket)
     socket.close()
 

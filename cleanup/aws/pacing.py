@@ -151,6 +151,7 @@ class Pacer:
         self.max_wait = settings.call_wait_seconds
         self._control_tables = frozenset({settings.checkpoint_table})
         self._ceiling = settings.max_concurrency
+        self.quota_wait = settings.quota_wait_seconds  # with a backlog: how long a request waits for a rate's turn
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
 
@@ -181,8 +182,11 @@ class Pacer:
         control = scope.tables and scope.tables <= self._control_tables
         gate = self.gate(f"{service}-control" if control else service)
         started = time.monotonic()
-        patience = min(spare, self.max_wait)
+        quota_wait = math.inf if self.quota_wait is None else self.quota_wait
+        patience = min(spare, self.max_wait, quota_wait)
         turn = gate.rate.reserve(started + patience)
+        if turn is None and patience == quota_wait < min(spare, self.max_wait):  # with a backlog: defer, don't wait
+            raise OutOfTimeError(f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn in {patience:.2f} s")
         if turn is None:
             raise self._no_turn(operation, f"{service} accepts {gate.rate.limit:.1f}/s, no turn", spare)
         if turn > started:

@@ -1,0 +1,125 @@
+"""The backlog: records whose cleanup could only wait, kept in a durable queue instead of the stream.
+
+A record whose cleanup did not finish only for want of a quota's turn or of time (a transient failure; with
+QUOTA_WAIT_SECONDS set, a RetireGrant with no turn within it) goes to BACKLOG_QUEUE_URL, with the actions it has
+left, and counts as handled (``Status.DEFERRED``): the stream moves on, and the next records' sockets and scratch data
+are freed at their own pace, not at the grant quota's. What was done stays done. The queue keeps a message 14 days,
+where a stream keeps a record 24 hours, and ``worker.backlog`` drains it through the same core, at the learnt rate:
+the live item is read again before every destructive call, however late.
+
+A message is the dead-letter message (``cleanup.deadletter``: the whole record, or, when too large, the claim-check
+object naming it) with ``remaining``, the actions left. Only when SQS has accepted it is the record handled; else it
+stays failed and is reported, and the stream delivers it again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from cleanup.actions import connection, grant, registry, scratch
+from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.deadletter import MESSAGE_FORMAT, Letter, _send, _stored_letter, batches, message_body, message_size
+from cleanup.exceptions import CleanupError, PermanentError
+from cleanup.telemetry import log
+from schemas.outcomes import ActionStatus, Outcome, Status
+from schemas.records import StreamRecord, UnreadableRecord
+from schemas.settings import AttributeNames, CleanupMode
+
+if TYPE_CHECKING:
+    from cleanup.runtime import Runtime
+
+ACTIONS = (connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION)
+
+
+def defer(
+    outcomes: list[Outcome],
+    records: Sequence[StreamRecord | UnreadableRecord],
+    runtime: Runtime,
+    *,
+    deadline: Deadline,
+) -> list[Outcome]:
+    """Send each transient failure to BACKLOG_QUEUE_URL (when set); returns the outcomes, those sent ``DEFERRED``."""
+    queue = runtime.settings.backlog_queue_url
+    pending = [i for i, outcome in enumerate(outcomes) if _deferrable(outcome, records[i])]
+    if not queue or not pending or runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
+        return outcomes
+    try:
+        limit = call_with_retry(lambda: runtime.message_limit(queue, deadline), runtime.settings, deadline)
+    except CleanupError as exc:
+        log.error("backlog queue's message size unknown; the records stay failed", extra={"error": str(exc)})
+        return outcomes
+    letters = []
+    for index in pending:
+        body = backlog_body(outcomes[index], records[index])
+        if message_size(body) <= limit:
+            letters.append(Letter(index, body))
+        elif deadline.remaining() > 0 and (letter := _stored_letter(index, body, runtime, limit, deadline)):
+            letters.append(letter)
+    result = list(outcomes)
+    for batch in batches(letters):
+        if deadline.remaining() <= 0:
+            break  # the rest stay failed: the stream delivers them again
+        for index in _send(runtime, queue, batch, deadline):
+            result[index] = outcomes[index].model_copy(update={"status": Status.DEFERRED})
+    return result
+
+
+def _deferrable(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> bool:
+    return outcome.failed and not outcome.permanent and isinstance(record, StreamRecord)
+
+
+def backlog_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> str:
+    """The dead-letter message of the record, with ``remaining``: the actions not done (all, when none ran).
+
+    A step "kept" in a failed record is left too: the fence may have stopped it (the session came back while it was
+    cleaned), and its next run reads the live item again, keeping it if it is still held.
+    """
+    message = json.loads(message_body(outcome, record))
+    done = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
+    left = [action.action for action in outcome.actions if action.status not in done]
+    message["remaining"] = left or list(ACTIONS)
+    return json.dumps(message, default=str)
+
+
+def read_message(body: str) -> tuple[dict[str, Any], list[str]]:
+    """A backlog message's record (the claim-check ``recordObject`` still to be read, if so) and its actions left.
+
+    Raises:
+        PermanentError: not a backlog message, or it names actions this worker does not know.
+    """
+    try:
+        message = json.loads(body)
+    except ValueError as exc:
+        raise PermanentError(f"the backlog message is not JSON: {exc}") from exc
+    if not isinstance(message, dict) or message.get("format") != MESSAGE_FORMAT:
+        raise PermanentError("not a backlog message")
+    remaining = message.get("remaining")
+    if not isinstance(remaining, list) or not remaining or not set(remaining) <= set(ACTIONS):
+        raise PermanentError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
+    return message, [str(name) for name in remaining]
+
+
+def only_remaining(raw: dict[str, Any], remaining: list[str], names: AttributeNames) -> dict[str, Any]:
+    """The record with its old image cut to what the actions left need, so that the done ones are not done again.
+
+    Only a DynamoDB record's ``OldImage`` is cut; any other shape is returned as it is (every action is idempotent:
+    a done one answers "already done").
+    """
+    image = raw.get("dynamodb", {}).get("OldImage") if isinstance(raw.get("dynamodb"), dict) else None
+    if not isinstance(image, dict):
+        return raw
+    done = set(ACTIONS) - set(remaining)
+    drop: list[str] = []
+    if connection.ACTION in done and registry.ACTION in done:  # the registry step needs the connection id
+        drop += [names.connection_id, names.callback_url]
+    if grant.ACTION in done:
+        drop += [names.grant_id, names.kms_key_id]
+    if scratch.ACTION in done:
+        drop.append(names.scratch_prefix)
+    cut = copy.deepcopy(raw)
+    for name in drop:
+        cut["dynamodb"]["OldImage"].pop(name, None)
+    return cut
