@@ -44,10 +44,16 @@ def daemon(aws, stack, tmp_path):
 @pytest.fixture
 def throttled_grants(aws):
     """Settings that send the child's calls through a proxy throttling every RetireGrant: a session with a grant
-    keeps failing transiently, and gives up after one second."""
+    keeps failing transiently (one try an attempt: attempts stay short on a loaded machine), and gives up after two
+    seconds."""
     plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
     with FaultProxy(aws.endpoint_url, plan) as proxy:
-        yield {"AWS_ENDPOINT_URL": proxy.url, "MAX_RECORD_RETRY_SECONDS": "1", "BOTOCORE_MAX_ATTEMPTS": "1"}
+        yield {
+            "AWS_ENDPOINT_URL": proxy.url,
+            "MAX_RECORD_RETRY_SECONDS": "2",
+            "BOTOCORE_MAX_ATTEMPTS": "1",
+            "RETRY_ATTEMPTS": "1",
+        }
 
 
 def deletes(stack, shard: KinesisShard, *sessions: str) -> list[dict]:
