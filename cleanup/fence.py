@@ -23,14 +23,20 @@ and that was positively understood to say the resource is not held:
   changed its resources, while it was being cleaned) stops every remaining step of the record: what is left is kept,
   and the record is reported (transient), so that its next delivery decides afresh against the item as it is then.
 
-One reading may allow several destructive calls issued together (a page's DeleteObjects and its DeleteObject calls),
-never two that follow one another. A reading that allowed nothing (its resource was held) is still fresh for the next
-step. With RACE_CHECK=false (an operator's explicit choice, for a table where a key is never reused) nothing is read
-and every call is allowed.
+One reading may allow several destructive calls issued together, never two that follow one another: a page's
+DeleteObjects and its DeleteObject calls; and a record's destructive call with the first calls of the steps it
+``launch``es at that moment (the pipeline frees the grant beside the socket, on one read: ``on_next_permit`` and
+``allow_once``). A reading that allowed nothing (its resource was held) is still fresh for the next step. With
+RACE_CHECK=false (an operator's explicit choice, for a table where a key is never reused) nothing is read and every
+call is allowed.
+
+Every reading and every permit is logged at DEBUG (``fence read`` with the reading's number, ``fence permit`` with
+the number of the reading that allowed the call), so that a run can be checked against the rule.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,6 +45,7 @@ from cleanup.aws.retry import Deadline
 from cleanup.exceptions import NowHeldError, PermanentError
 from cleanup.guard import ScratchLocation
 from cleanup.race import Holding, holding
+from cleanup.telemetry import log
 from schemas.session import Session
 
 Reader = Callable[[Deadline, str | None], Session | None]
@@ -50,9 +57,15 @@ Permit = Callable[[Deadline], None]
 
 @dataclass(frozen=True)
 class Reading:
-    """What a read found under the key: the live session, or None when there is no item."""
+    """What a read found under the key: the live session, or None when there is no item; ``number``: the record's
+    how-many-th read it was."""
 
     live: Session | None
+    number: int = 0
+
+
+Launch = Callable[[Reading], None]
+"""Starts the calls to be issued together with the one a reading is about to allow."""
 
 
 class Fence:
@@ -63,8 +76,12 @@ class Fence:
         bucket a bare key prefix of the live item lies in."""
         self._read = read
         self._bucket = bucket
+        self._lock = threading.RLock()  # a record's steps issued together ask from several threads
         self._fresh: Reading | None = None
         self._first: Reading | None = None
+        self._readings = 0
+        self._launch: Launch | None = None
+        self._once: dict[str, Reading] = {}
         self.stopped: str | None = None
         """Why the record's remaining steps were stopped (a reading differed from the first), or None."""
 
@@ -73,9 +90,27 @@ class Fence:
         (the next stage it shares with the batch: a deletion, or its next read)."""
 
         def permit(deadline: Deadline) -> None:
+            with self._lock:
+                once = self._once.pop(action, None)
+            if once is not None:  # issued together with the call that took this reading
+                self._allow(action, resource, location, once)
+                return
             self.permit(action, resource, location, deadline, then)
 
         return permit
+
+    def on_next_permit(self, launch: Launch | None) -> None:
+        """Call ``launch`` with the reading that allows the next destructive call, right before it is made: what it
+        starts is issued together with that call (None: nothing)."""
+        with self._lock:
+            self._launch = launch
+
+    def allow_once(self, action: str, reading: Reading) -> None:
+        """Let the next call of ``action``'s step go on ``reading`` (one taken for calls issued together), if it
+        holds nothing of that step; its calls after that read again."""
+        with self._lock:
+            self._once[action] = reading
+        log.debug("fence permit", extra={"fenceReading": reading.number, "action": action, "together": True})
 
     def permit(
         self, action: str, resource: str, location: ScratchLocation | None, deadline: Deadline, then: str | None
@@ -89,23 +124,34 @@ class Fence:
         """
         if self._read is None:
             return
+        with self._lock:
+            if self.stopped is not None:
+                raise NowHeldError(f"not attempted: {self.stopped}")
+            self.reading(deadline, then)
+            reading = self._fresh
+            assert reading is not None
+            self._allow(action, resource, location, reading)
+            log.debug("fence permit", extra={"fenceReading": reading.number, "action": action})
+            self._fresh = None  # the call it allows is now the record's latest destructive call
+            launch, self._launch = self._launch, None
+        if launch is not None:
+            launch(reading)
+
+    def _allow(self, action: str, resource: str, location: ScratchLocation | None, reading: Reading) -> None:
         if self.stopped is not None:
             raise NowHeldError(f"not attempted: {self.stopped}")
-        live = self.reading(deadline, then)
-        if self.stopped is not None:
-            raise NowHeldError(self.stopped)
-        held = holding(action, resource, live, old=location, bucket=self._bucket)
+        held = holding(action, resource, reading.live, old=location, bucket=self._bucket)
         if held is Holding.HELD:
             raise NowHeldError(f"the live session under the same key holds this {action}: kept")
-        if held is Holding.UNKNOWN and live is not None:
-            raise incomparable_prefix(resource, live.scratch_prefix)
-        self._fresh = None  # the call it allows is now the record's latest destructive call
+        if held is Holding.UNKNOWN and reading.live is not None:
+            raise incomparable_prefix(resource, reading.live.scratch_prefix)
 
     def verdict(self, action: str, resource: str, location: ScratchLocation | None, deadline: Deadline) -> Holding:
         """Whether the live item holds ``resource`` (a dry run's plan: reads once, allows nothing)."""
         if self._read is None:
             return Holding.FREE
-        live = self.reading(deadline, READ)
+        with self._lock:
+            live = self.reading(deadline, READ)
         if live is None:
             return Holding.FREE
         return holding(action, resource, live, old=location, bucket=self._bucket)
@@ -113,16 +159,20 @@ class Fence:
     def reading(self, deadline: Deadline, then: str | None) -> Session | None:
         """The fresh reading, read now if there is none; compared with the record's first."""
         assert self._read is not None
-        if self._fresh is None:
-            self._fresh = Reading(self._read(deadline, then))
-        if self._first is None:
-            self._first = self._fresh
-        elif self._fresh != self._first and self.stopped is None:
-            self.stopped = (
-                "the session was re-created under the same key (or changed its resources) while it was being "
-                "cleaned: the rest is kept, and the record is tried again against the item as it is now"
-            )
-        return self._fresh.live
+        with self._lock:
+            if self._fresh is None:
+                live = self._read(deadline, then)
+                self._readings += 1
+                self._fresh = Reading(live, self._readings)
+                log.debug("fence read", extra={"fenceReading": self._readings})
+            if self._first is None:
+                self._first = self._fresh
+            elif self._fresh.live != self._first.live and self.stopped is None:
+                self.stopped = (
+                    "the session was re-created under the same key (or changed its resources) while it was being "
+                    "cleaned: the rest is kept, and the record is tried again against the item as it is now"
+                )
+            return self._fresh.live
 
     def live_prefix(self) -> str | None:
         """The scratch prefix of the latest reading's live item (for messages)."""
@@ -131,7 +181,8 @@ class Fence:
 
     def stale(self) -> None:
         """After a failure or before a retry: the next destructive call reads again."""
-        self._fresh = None
+        with self._lock:
+            self._fresh = None
 
 
 def incomparable_prefix(old_prefix: str, live_prefix: str | None) -> PermanentError:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 
-from cleanup.actions import scratch
+from cleanup.actions import connection, grant, scratch
 from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
 from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
@@ -25,7 +26,7 @@ from cleanup.backlog import defer
 from cleanup.classify import Decision, classify, item_key
 from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
-from cleanup.fence import Fence, Reader
+from cleanup.fence import Fence, Reader, Reading
 from cleanup.plan import Step, execute, plan
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
@@ -145,11 +146,8 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     fence = Fence(_reader(record, runtime, calls), runtime.settings.scratch_bucket or "")
     steps = plan(decision.session, runtime, fence, calls)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
-    # The scratch data goes first: a user back while the grant is retired (seconds under a KMS quota) finds a
-    # re-created session's data whole. Every destructive call reads the live item again (the fence); reported in
-    # plan order.
-    done = {id(step): execute(step, runtime, deadline, fence, dry_run=dry_run) for step in _scratch_first(steps)}
-    results = tuple(done[id(step)] for step in steps)
+    done = _act(steps, runtime, deadline, fence, dry_run=dry_run)
+    results = tuple(done[id(step)] for step in steps)  # reported in plan order
     failures = [result for result in results if not result.ok]
     if fence.stopped is not None:
         return _outcome(record, decision, Status.FAILED, results, error=fence.stopped)
@@ -165,8 +163,43 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     )
 
 
-def _scratch_first(steps: list[Step]) -> list[Step]:
-    return sorted(steps, key=lambda step: step.action != scratch.ACTION)
+TOGETHER = (connection.ACTION, grant.ACTION)
+"""Steps whose first calls go out together, on one read."""
+
+
+def _act(
+    steps: list[Step], runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool
+) -> dict[int, ActionResult]:
+    """Each step's result, by ``id(step)``.
+
+    The scratch data goes first (a user back while the grant is retired, seconds under a KMS quota, finds a
+    re-created session's data whole), each page on a read of its own. Then the socket and the grant are freed
+    together on one read, the grant beside the socket (``Runtime.side_executor``), as the fence allows for calls
+    issued together; then the memberships. Whatever follows a destructive call, or retries a step, reads again.
+    A dry run plans the steps one after another.
+    """
+    ordered = sorted(steps, key=lambda step: (step.action != scratch.ACTION, step.action not in TOGETHER))
+    started: set[int] = set()
+    beside: dict[int, Future[ActionResult]] = {}
+
+    def launch(reading: Reading) -> None:
+        for step in ordered:
+            if step.action in TOGETHER and step.run is not None and id(step) not in started | beside.keys():
+                fence.allow_once(step.action, reading)
+                beside[id(step)] = runtime.side_executor.submit(execute, step, runtime, deadline, fence)
+
+    done: dict[int, ActionResult] = {}
+    for step in ordered:
+        if id(step) in beside:
+            continue
+        if step.action in TOGETHER and not dry_run:
+            fence.on_next_permit(launch)  # this step's first call takes the others of TOGETHER along
+        started.add(id(step))
+        done[id(step)] = execute(step, runtime, deadline, fence, dry_run=dry_run)
+        fence.on_next_permit(None)
+    for key, future in beside.items():
+        done[key] = future.result()
+    return done
 
 
 def _reader(record: StreamRecord, runtime: Runtime, calls: BatchCalls) -> Reader | None:

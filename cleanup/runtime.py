@@ -87,6 +87,7 @@ class Runtime:
         self._message_limits: AskedOnce[int] = AskedOnce()
         self._table_keys: AskedOnce[tuple[str, ...]] = AskedOnce()
         self._executor: ThreadPoolExecutor | None = None
+        self._side: ThreadPoolExecutor | None = None
         self._for_tables: dict[str, Runtime] = {}
         self.switch = KillSwitch(settings, self.metrics)
 
@@ -126,6 +127,16 @@ class Runtime:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="cleanup")
             return self._executor
+
+    @property
+    def side_executor(self) -> ThreadPoolExecutor:
+        """The pool a record's calls issued together run on beside its own thread (``cleanup.fence``: a socket and a
+        grant freed with the scratch data's first page, on one read). Apart from ``executor``, whose threads wait
+        for them."""
+        with self._lock:
+            if self._side is None:
+                self._side = ThreadPoolExecutor(2 * self.settings.max_concurrency, thread_name_prefix="cleanup-side")
+            return self._side
 
     def is_versioned(self, bucket: str, deadline: Deadline | None = None) -> bool:
         """Whether ``bucket`` can hold versions; asked once per process unless SCRATCH_VERSIONING says."""
@@ -176,9 +187,10 @@ class Runtime:
 
     def close(self) -> None:
         with self._lock:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
+            for pool in (self._executor, self._side):
+                if pool is not None:
+                    pool.shutdown(wait=True)
+            self._executor = self._side = None
             derived, self._for_tables = list(self._for_tables.values()), {}
         for runtime in derived:
             runtime.close()

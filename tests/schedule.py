@@ -17,6 +17,7 @@ clean read, taken after the previous destructive attempt, whose item did not hol
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,20 +116,75 @@ def _fault(kind: str, service: str, url: str) -> AWSResponse:
     return AWSResponse(url, status, headers, RawBody(body))
 
 
+ACTION_OF = {
+    "DeleteConnection": "connection",
+    "RetireGrant": "grant",
+    "DeleteObjects": "scratch",
+    "DeleteObject": "scratch",
+    "BatchWriteItem": "registry",
+}
+
+
+class FenceLog(logging.Handler):
+    """Adds the fence's own DEBUG lines (``fence read``, ``fence permit``) to ``clients.log``, in order with the
+    calls: which reading allowed which call."""
+
+    def __init__(self, clients: ScriptedClients) -> None:
+        super().__init__(logging.DEBUG)
+        self.clients = clients
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in ("fence read", "fence permit"):
+            return
+        number = int(getattr(record, "fenceReading", 0))
+        with self.clients._lock:
+            if message == "fence read":
+                self.clients.log.append(Event("fence-read", str(number)))
+            else:
+                self.clients.log.append(Event("permit", str(getattr(record, "action", "")), params={"reading": number}))
+
+
 def violations(log: list[Event]) -> list[str]:
-    """Every destructive attempt that the rule does not allow, described."""
-    found = []
-    allowing: Event | None = None
-    for event in log:
+    """Every destructive attempt that the rule does not allow, described: one with no permit of its action since
+    the last; one whose permit's reading came before a destructive call made in between; one destroying what the
+    live item held at that reading."""
+    found: list[str] = []
+    clean: dict[str, Any] | None = None  # the item at the latest clean BatchGetItem answer
+    states: dict[int, dict[str, Any] | None] = {}
+    read_at: dict[int, int] = {}
+    permits: dict[str, tuple[int, int]] = {}
+    destroyed_at: list[int] = []
+    for position, event in enumerate(log):
         if event.kind == "read":
-            allowing = event
-            continue
-        if allowing is None:
-            found.append(f"{event.what} {event.params} with no read since the previous destructive call")
-        elif _held(allowing.live, event):
-            found.append(f"{event.what} {event.params} destroys what the live item held: {allowing.live}")
-        allowing = None
+            clean = event.live
+        elif event.kind == "fence-read":
+            states[int(event.what)], read_at[int(event.what)] = clean, position
+        elif event.kind == "permit":
+            permits[event.what] = (position, int(event.params["reading"]))
+        elif event.kind == "destroy":
+            found += _judge(event, permits.pop(ACTION_OF[event.what], None), states, read_at, destroyed_at)
+            destroyed_at.append(position)
     return found
+
+
+def _judge(
+    event: Event,
+    permit: tuple[int, int] | None,
+    states: dict[int, dict[str, Any] | None],
+    read_at: dict[int, int],
+    destroyed_at: list[int],
+) -> list[str]:
+    if permit is None:
+        return [f"{event.what} {event.params} with no permit since the previous one"]
+    position, number = permit
+    if number not in states:
+        return [f"{event.what} {event.params} allowed by reading #{number}, which no clean answer carried"]
+    if any(read_at[number] < destroyed < position for destroyed in destroyed_at):
+        return [f"{event.what} {event.params} allowed by reading #{number}, older than a destructive call since"]
+    if _held(states[number], event):
+        return [f"{event.what} {event.params} destroys what the live item held: {states[number]}"]
+    return []
 
 
 def _held(live: dict[str, Any] | None, event: Event) -> bool:

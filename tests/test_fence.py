@@ -6,6 +6,7 @@ in which the session comes back between any two AWS calls and any call may fail 
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -16,16 +17,17 @@ from hypothesis import strategies as st
 
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
-from cleanup.telemetry import Metrics, MetricsSink
+from cleanup.telemetry import LOGGER_NAME, Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Outcome, Status
 from schemas.records import read_lambda_event
 from tests.faults import RawBody
-from tests.schedule import FAULTS, Script, ScriptedClients, violations
+from tests.schedule import FAULTS, FenceLog, Script, ScriptedClients, violations
 from tests.stack import SessionStack
 from worker.local.gateway import LocalGateway
 
 
 def scripted_runtime(stack: SessionStack, script: Script, live: dict[str, Any] | None, **overrides: Any) -> Runtime:
+    """A runtime whose clients play ``script``; the fence's DEBUG lines go to the same log (``FenceLog``)."""
     values = {
         "botocore_max_attempts": 1,
         "retry_max_wait_seconds": 0.01,
@@ -34,6 +36,11 @@ def scripted_runtime(stack: SessionStack, script: Script, live: dict[str, Any] |
     }
     settings = stack.settings(**values)
     clients = ScriptedClients(settings, script, live, stack.put_item)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.DEBUG)  # restored after the test (conftest's worker_logger)
+    for handler in [h for h in logger.handlers if isinstance(h, FenceLog)]:
+        logger.removeHandler(handler)
+    logger.addHandler(FenceLog(clients))
     return Runtime(settings, clients, Metrics(settings, MetricsSink("off")))
 
 
