@@ -100,7 +100,13 @@ def _scratch_step(
         together = calls.deleter(where.bucket) if calls is not None else None
         try:
             deleted = scratch.delete_prefix(
-                runtime.clients.s3, where, versioned=versioned, deadline=deadline, permit=permit, together=together
+                runtime.clients.s3,
+                where,
+                versioned=versioned,
+                deadline=deadline,
+                permit=permit,
+                together=together,
+                beside=runtime.side_executor,
             )
         except NowHeldError as held:
             return ActionStatus.KEPT, {"heldBy": "live session", _unit(versioned): held.deleted}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,12 +75,13 @@ def delete_prefix(
     deadline: Deadline,
     permit: Permit,
     together: Deleter | None = None,
+    beside: Executor | None = None,
 ) -> int:
     """Delete everything under ``where``; returns how many objects (or versions and markers) were deleted.
 
     Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each.
-    ``permit`` runs after each page is listed, before it is deleted; it raises ``NowHeldError`` when the prefix may
-    no longer be freed.
+    ``permit`` runs before each page is deleted (after it is listed; the first page is listed on ``beside``, when
+    given, while the first permit reads); it raises ``NowHeldError`` when the prefix may no longer be freed.
 
     Raises:
         NowHeldError: ``permit`` keeps the prefix (``deleted``: how much went before).
@@ -87,10 +89,10 @@ def delete_prefix(
         TransientError: throttling, 5xx, network, or per-key errors that are all transient.
         PermanentError: access denied (e.g. object lock) or another per-key error; nothing outside ``where`` is touched.
     """
+    pages = _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline)
     deleted = 0
     try:
-        for page in _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline):
-            permit(deadline)
+        for page in _permitted(pages, permit, deadline, beside):
             deleted += _delete(s3, page, deadline, together)
             if deadline.remaining() <= 0:
                 raise OutOfTimeError("the deadline came before the next page")
@@ -101,6 +103,25 @@ def delete_prefix(
             f"{exc}; {deleted} deleted under {where.prefix!r} so far, the rest on the record's next delivery"
         ) from exc
     return deleted
+
+
+def _permitted(pages: Iterator[Page], permit: Permit, deadline: Deadline, beside: Executor | None) -> Iterator[Page]:
+    """Each page, once ``permit`` lets it be deleted. Neither a listing nor a read frees anything, and the first
+    deletion needs both: the first page is listed beside the first read."""
+    if beside is not None:
+        listing = beside.submit(next, pages, None)
+        try:
+            permit(deadline)
+        except BaseException:
+            wait([listing])  # the listing (bounded by its own call) must not run on past the generator's owner
+            raise
+        first = listing.result()
+        if first is None:
+            return
+        yield first
+    for page in pages:
+        permit(deadline)
+        yield page
 
 
 def count_prefix(s3: S3Client, where: ScratchLocation, *, versioned: bool, deadline: Deadline | None = None) -> int:
