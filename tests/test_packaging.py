@@ -72,3 +72,16 @@ def test_the_sdist_leaves_out_the_tests_it_could_not_run() -> None:
     manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
     assert "prune tests" in manifest
     assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_the_pre_commit_hooks_run_the_venvs_own_tools() -> None:
+    import yaml
+
+    hooks = [
+        hook
+        for repo in yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
+        for hook in repo["hooks"]
+    ]
+    tools = {hook["entry"].split()[0] for hook in hooks}
+    assert tools == {".venv/bin/ruff", ".venv/bin/mypy"}  # found without an activated venv
+    assert all((Path(sys.executable).parent / Path(tool).name).exists() for tool in tools)
