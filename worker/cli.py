@@ -3,7 +3,9 @@
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``main(args) -> int``. Only the
 chosen sub-command's module is imported (a container running ``kcl`` does not load the demo's moto), and the exit
 code is the module's. Invalid settings end any sub-command the same way: one line on stderr naming each bad
-environment variable and why, and exit code 2.
+environment variable and why, and exit code 2. So do an installed library below its declared floor
+(:mod:`worker.floors`) and a sub-command whose optional extra is not installed (one line naming the ``pip install``
+that provides it).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from pydantic import ValidationError
 
 from cleanup.exceptions import ConfigurationError
 from schemas.settings import configuration_problems
+from worker import floors
 from worker.exit_codes import ExitCode
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,12 +36,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),
 }
 
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "demo": ("local", ("aiohttp", "hypercorn", "moto.server")),
+    "kcl": ("kcl", ("amazon_kclpy",)),
+}
+"""The sub-commands that need an optional extra: the extra, and the modules it provides (imported by the command)."""
+
+
+def version() -> str:
+    """This distribution's installed version ("unknown" when run from a source tree that is not installed)."""
+    try:
+        return metadata.version(floors.DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line; only ``command``'s module is imported (all of them when it is None)."""
     parser = argparse.ArgumentParser(
         prog="cleanup-worker", description="Cleans up after expired sessions from a DynamoDB stream."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, summary) in COMMANDS.items():
         sub = commands.add_parser(name, help=summary, description=summary)
@@ -48,10 +67,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def refusal(command: str | None) -> str | None:
+    """Why ``command`` cannot start here (a library below its floor, its extra missing), or None when it can."""
+    extra, modules = EXTRAS.get(command or "", ("", ()))
+    for module in modules:  # the command imports them late, after its set-up: fail here, before it
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            return f"needs the [{extra}] extra ({exc}): pip install '{floors.DISTRIBUTION}[{extra}]'"
+    return floors.problem([extra] if extra else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
-    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    command = command if command in COMMANDS else None
+    if command is not None and (problem := refusal(command)) is not None:
+        print(f"cleanup-worker {command}: {problem}", file=sys.stderr)
+        return ExitCode.USAGE
+    args = build_parser(command).parse_args(argv)
     try:
         return int(args.handler(args))
     except ValidationError as exc:  # the settings, read from the environment by the command

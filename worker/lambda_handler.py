@@ -14,6 +14,7 @@ ReportBatchItemFailures, and the records would be lost). How long records wait s
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from cleanup.aws.retry import Deadline
@@ -23,6 +24,7 @@ from cleanup.pipeline import run_batch
 from cleanup.runtime import WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table
+from worker import floors
 
 warm = WarmRuntime()
 """The runtime kept between invocations (``warm.use(runtime)`` hands the handler another)."""
@@ -34,6 +36,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     Without SESSION_TABLE, the table of the mapping's DynamoDB stream (its records' ``eventSourceARN``, which Lambda
     sets) is the session table; a Kinesis stream may carry several tables', so its records still need SESSION_TABLE.
     """
+    if (problem := floors.core_problem()) is not None:
+        return refuse_batch(event, problem)
     records = read_lambda_event(event)
     runtime = warm.get()
     table = mapping_table(records)
@@ -62,3 +66,17 @@ def batch_response(outcomes: list[Outcome]) -> dict[str, list[dict[str, str]]]:
             if outcome.failed and not outcome.dead_lettered
         ]
     }
+
+
+def refuse_batch(event: dict[str, Any], problem: str) -> dict[str, list[dict[str, str]]]:
+    """Fail every record of the batch, untouched, with one ERROR line: a library here is below its floor.
+
+    The sequence numbers are read from the raw event (not through pydantic, which may be the library at fault); the
+    records stay in the stream for the fixed deployment to clean.
+    """
+    logging.getLogger("cleanup").error("refusing the batch: %s", problem)
+    numbers = [
+        (record.get("dynamodb") or {}).get("SequenceNumber") or (record.get("kinesis") or {}).get("sequenceNumber")
+        for record in event.get("Records", [])
+    ]
+    return {"batchItemFailures": [{"itemIdentifier": str(number)} for number in numbers if number]}

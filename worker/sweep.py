@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,7 @@ from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime, WarmRuntime
+from worker import floors
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 
@@ -31,8 +33,12 @@ warm = WarmRuntime()
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Sweep once (the schedule's event carries nothing we need) and return the sweep's counts.
 
-    Failed deletes are not raised: the next scheduled sweep retries them, and the metrics and logs report them.
+    Failed deletes are not raised: the next scheduled sweep retries them, and the metrics and logs report them. With
+    a library below its floor it deletes nothing and logs one ERROR line.
     """
+    if (problem := floors.core_problem()) is not None:
+        logging.getLogger("cleanup").error("refusing to sweep: %s", problem)
+        return {"refused": problem}
     runtime = warm.get()
     if runtime.refresh_mode() is Mode.PAUSED:
         return PAUSED
