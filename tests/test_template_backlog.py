@@ -101,7 +101,12 @@ def test_only_the_cleanup_role_may_send_to_the_backlog_queues() -> None:
         "sqs:SendMessage",
         arns,
     )
-    assert (deny["Effect"], deny["Principal"], deny["Action"], deny["Resource"]) == ("Deny", "*", "sqs:SendMessage", arns)
+    assert (deny["Effect"], deny["Principal"], deny["Action"], deny["Resource"]) == (
+        "Deny",
+        "*",
+        "sqs:SendMessage",
+        arns,
+    )
     assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": role}}
 
 
