@@ -5,7 +5,7 @@ is alarmed on and shown."""
 from __future__ import annotations
 
 from benchmarks.capacity import DEFAULTS
-from benchmarks.capacity_model import Backlog, Mapping
+from benchmarks.capacity_model import Backlog, Mapping, Quotas
 from cleanup.backlog_drain import release_seconds
 from tests.test_template import (
     function,
@@ -130,3 +130,15 @@ def test_the_backlogs_age_and_its_dead_letters_have_alarms() -> None:
     assert parameter("BacklogAgeAlarmSeconds")["MaxValue"] <= 14 * DAY  # it fires before anything could expire
     assert dead["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["BacklogDeadLetterQueue", "QueueName"]}
     assert (dead["MetricName"], dead["Threshold"]) == ("ApproximateNumberOfMessagesVisible", 0)
+
+
+def test_the_sweeper_holds_back_while_the_backlog_is_deep_or_a_minutes_deletes_are_done() -> None:
+    sweeper = function("worker.sweep.handler")["Properties"]["Environment"]["Variables"]
+    [depth] = [s for s in statements("SweeperRole") if s["Sid"] == "BacklogDepth"]
+
+    assert sweeper["BACKLOG_QUEUE_URL"] == {"Ref": "BacklogQueue"}
+    assert sweeper["SWEEP_MAX_BACKLOG"] == {"Ref": "SweepMaxBacklog"}
+    assert sweeper["SWEEP_MAX_DELETES"] == {"Ref": "SweepMaxDeletes"}
+    assert (depth["Action"], depth["Resource"]) == ("sqs:GetQueueAttributes", BACKLOG_ARN)
+    # the backlog the sweeper stops at drains within its retention at the default RetireGrant quota, with room
+    assert parameter("SweepMaxBacklog")["Default"] / Quotas().kms < DAY
