@@ -188,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger(LOGGER_NAME).addHandler(logging.NullHandler())
     logging.getLogger(LOGGER_NAME).propagate = False
     record_age = -1.0 if args.backlog else args.record_age
-    mapping = MappingSettings(batch_size=100, timeout=args.timeout, retry_attempts=-1, record_age=record_age)
+    # With the backlog, the template's defaults (MaximumRetryAttempts 5, no record age, BatchSize 100, the drain's
+    # MaximumConcurrency 2, QUOTA_WAIT_SECONDS 0.1), on one lane: the harness delivers a shard's batches in turn.
+    retries = 5 if args.backlog else -1
+    mapping = MappingSettings(batch_size=100, timeout=args.timeout, retry_attempts=retries, record_age=record_age)
     scale = Run(sessions=args.sessions, quota=args.quota, mapping=mapping, backlog=args.backlog)
     plan = FaultPlan(rate=0.0, seed=1, delay_seconds=HTTP_TIMEOUT + 0.3)
     with LocalAws() as aws, LocalGateway() as gateway:

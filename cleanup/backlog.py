@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.deadletter import MESSAGE_FORMAT, Letter, _send, _stored_letter, batches, message_body, message_size
+from cleanup.deadletter import MESSAGE_FORMAT, Letter, batches, message_body, message_size, send_batch, stored_letter
 from cleanup.exceptions import CleanupError, PermanentError
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus, Outcome, Status
@@ -56,13 +56,13 @@ def defer(
         body = backlog_body(outcomes[index], records[index])
         if message_size(body) <= limit:
             letters.append(Letter(index, body))
-        elif deadline.remaining() > 0 and (letter := _stored_letter(index, body, runtime, limit, deadline)):
+        elif deadline.remaining() > 0 and (letter := stored_letter(index, body, runtime, limit, deadline)):
             letters.append(letter)
     result = list(outcomes)
     for batch in batches(letters):
         if deadline.remaining() <= 0:
             break  # the rest stay failed: the stream delivers them again
-        for index in _send(runtime, queue, batch, deadline):
+        for index in send_batch(runtime, queue, batch, deadline):
             result[index] = outcomes[index].model_copy(update={"status": Status.DEFERRED})
     return result
 

@@ -112,7 +112,7 @@ def dead_letter(
         if deadline.remaining() <= 0:
             _out_of_time([letter for unsent in requests[number:] for letter in unsent])
             break
-        for index in _send(runtime, queue, batch, deadline):
+        for index in send_batch(runtime, queue, batch, deadline):
             result[index] = outcomes[index].model_copy(update={"dead_lettered": True})
     return result
 
@@ -166,13 +166,13 @@ def _letters(
         elif deadline.remaining() <= 0:
             log.error("out of time to store a dead-letter record; it stays failed", extra=_about(outcomes[index]))
         else:
-            letter = _stored_letter(index, body, runtime, limit, deadline)
+            letter = stored_letter(index, body, runtime, limit, deadline)
             if letter is not None:
                 letters.append(letter)
     return letters
 
 
-def _stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline: Deadline) -> Letter | None:
+def stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline: Deadline) -> Letter | None:
     """Store the whole message in S3 and return the message that names it (None: the record stays failed)."""
     message = json.loads(body)
     settings = runtime.settings
@@ -257,7 +257,7 @@ def _about(outcome: Outcome) -> dict[str, Any]:
     return {"sequenceNumber": outcome.sequence_number}
 
 
-def _send(runtime: Runtime, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
+def send_batch(runtime: Runtime, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
     """Send one batch, tried again while it fails transiently and time remains (a request that timed out may have
     been taken: a record then reaches the queue twice, which redrive handles as already done)."""
     sqs = runtime.clients.sqs

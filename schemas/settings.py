@@ -209,6 +209,10 @@ class Settings(BaseSettings):
     """EXPIRY_SHARDS: write shards per bucket, for tables with many sessions expiring together."""
     sweep_lookback_seconds: int = Field(default=2 * 24 * 3600, ge=60)
     """SWEEP_LOOKBACK_SECONDS: how far back the sweeper looks for buckets (TTL is the backstop beyond)."""
+    sweep_max_deletes: int | None = Field(default=None, ge=1)
+    """SWEEP_MAX_DELETES: at most this many deletes a sweep (the rest are deferred to the next); unset: no limit."""
+    sweep_max_backlog: int | None = Field(default=None, ge=0)
+    """SWEEP_MAX_BACKLOG: no deletes while BACKLOG_QUEUE_URL holds more messages than this; unset: no such check."""
 
     @field_validator("scratch_root")
     @classmethod

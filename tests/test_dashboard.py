@@ -37,6 +37,9 @@ SUBSTITUTIONS = {
     "DeadLetterQueue.QueueName": "dead-letter-queue",
     "OnFailureQueue.QueueName": "on-failure-queue",
     "IteratorAgeAlarmMilliseconds": "300000",
+    "BacklogQueue.QueueName": "backlog-queue",
+    "BacklogDeadLetterQueue.QueueName": "backlog-dead-letter-queue",
+    "BacklogAgeAlarmSeconds": "86400",
 }
 ACTIONS = {connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION}
 # The values each dimension of the worker's metrics can take.
@@ -186,3 +189,12 @@ def test_every_mode_of_the_kill_switch_and_paused_batches() -> None:
 
     assert modes == {mode.value for mode in Mode}
     assert "PausedBatches" in {line.name for line in ours()}
+
+
+def test_the_backlogs_deferred_records_depth_and_age() -> None:
+    others = {(line.namespace, line.name, tuple(sorted(line.dimensions.items()))) for line in lines()}
+
+    assert "RecordsDeferred" in {line.name for line in ours()}
+    for name in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
+        assert ("AWS/SQS", name, (("QueueName", "backlog-queue"),)) in others
+    assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", "backlog-dead-letter-queue"),)) in others

@@ -94,3 +94,19 @@ def test_status_shows_the_kill_switch_as_the_worker_reads_it(status_env, capsys,
         "flag": "paused",
         "error": None,
     }
+
+
+def test_status_shows_the_backlogs_depth_when_there_is_one(status_env, capsys, monkeypatch):
+    stack = status_env
+    make_poller(stack).run(until_idle=True)
+    sqs = client("sqs")
+    backlog = sqs.create_queue(QueueName=f"backlog-{stack.table}")["QueueUrl"]
+    for n in range(3):
+        sqs.send_message(QueueUrl=backlog, MessageBody=f"grant {n}")
+    monkeypatch.setenv("BACKLOG_QUEUE_URL", backlog)
+
+    code, report = status(capsys, "--table-name", stack.table, "--json")
+    _, screen = status(capsys, "--table-name", stack.table)
+
+    assert code == 0 and report["queues"]["backlog"]["messages"] == 3
+    assert "backlog      3 messages (0 in flight)" in screen

@@ -52,6 +52,9 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "send_message_batch": {"sqs:SendMessage"},
     "get_queue_attributes": {"sqs:GetQueueAttributes"},
     "put_object": {"s3:PutObject"},
+    "get_object": {"s3:GetObject"},
+    "head_object": {"s3:GetObject"},
+    "change_message_visibility_batch": {"sqs:ChangeMessageVisibility"},
 }
 # What Lambda itself does with the function's role: write its logs; for the cleanup function also read the stream
 # for the event source mapping, and send failed batches' metadata to the on-failure queue (sqs:SendMessage).
@@ -66,6 +69,8 @@ KINESIS_READ = {
     "kinesis:ListShards",
 }
 # The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
+# What Lambda's SQS event source mapping does with the drain's role (the cleanup role) on the backlog queue.
+SQS_MAPPING = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 CONDITIONS = {"AskVersioning": True, "KinesisSource": False, "HasRegistry": True, "HasKillSwitch": False}
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
@@ -89,6 +94,21 @@ def transformed() -> dict[str, Any]:
 
 def resources(kind: str) -> dict[str, dict[str, Any]]:
     return {name: r for name, r in transformed()["Resources"].items() if r["Type"] == kind}
+
+
+def function(handler: str) -> dict[str, Any]:
+    """The function whose handler this is."""
+    [found] = [f for f in resources("AWS::Lambda::Function").values() if f["Properties"]["Handler"] == handler]
+    return found
+
+
+def stream_mapping() -> dict[str, Any]:
+    [found] = [
+        m
+        for m in resources("AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"] == {"Ref": "SessionTableStreamArn"}
+    ]
+    return found
 
 
 def parameter(name: str) -> dict[str, Any]:
@@ -184,6 +204,7 @@ def test_the_sam_transform_resolves_both_functions() -> None:
     assert {f["Properties"]["Handler"] for f in functions.values()} == {
         "worker.lambda_handler.handler",
         "worker.sweep.handler",
+        "worker.backlog.handler",
     }
     for function in functions.values():
         assert function["Properties"]["Runtime"] == "python3.12"
@@ -191,15 +212,14 @@ def test_the_sam_transform_resolves_both_functions() -> None:
 
 
 def test_the_mapping_reports_failures_bisects_and_gives_up_in_finite_time() -> None:
-    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
-    props = mapping["Properties"]
+    props = stream_mapping()["Properties"]
 
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert props["BisectBatchOnFunctionError"] is True
     assert props["MaximumRetryAttempts"] == {"Ref": "MaximumRetryAttempts"}
     assert parameter("MaximumRetryAttempts")["MinValue"] >= 0  # -1 would retry until the record expires
     assert props["MaximumRecordAgeInSeconds"] == {"Ref": "MaximumRecordAgeInSeconds"}
-    assert parameter("MaximumRecordAgeInSeconds")["MinValue"] >= 60
+    assert parameter("MaximumRecordAgeInSeconds")["MinValue"] == -1  # -1: no limit; else 60 or more
     assert props["DestinationConfig"]["OnFailure"]["Destination"] == {"Fn::GetAtt": ["OnFailureQueue", "Arn"]}
     assert props["EventSourceArn"] == {"Ref": "SessionTableStreamArn"}
     for name in ("BatchSize", "ParallelizationFactor", "MaximumBatchingWindowInSeconds"):
@@ -207,18 +227,15 @@ def test_the_mapping_reports_failures_bisects_and_gives_up_in_finite_time() -> N
 
 
 def test_the_mapping_delivers_only_remove_events() -> None:
-    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
-
-    [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"])
+    [only] = resolved(stream_mapping()["Properties"]["FilterCriteria"]["Filters"])
 
     assert json.loads(only["Pattern"]) == {"eventName": ["REMOVE"]}
 
 
 def test_on_a_kinesis_stream_the_mapping_filters_the_session_tables_removes_in_the_records_data() -> None:
-    [mapping] = resources("AWS::Lambda::EventSourceMapping").values()
-    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
+    cleanup = function("worker.lambda_handler.handler")
 
-    [only] = resolved(mapping["Properties"]["FilterCriteria"]["Filters"], KinesisSource=True)
+    [only] = resolved(stream_mapping()["Properties"]["FilterCriteria"]["Filters"], KinesisSource=True)
 
     pattern = only["Pattern"]["Fn::Sub"]
     assert json.loads(pattern) == {"data": {"eventName": ["REMOVE"], "tableName": ["${SessionTableName}"]}}
@@ -272,18 +289,23 @@ def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource(kinesis
                 assert re.search(rf'#.*Resource "\*" for {statement["Sid"]}: \S', text), statement
 
 
+def cleanup_role_calls() -> set[str]:
+    """What both functions of the cleanup role call: the stream's and the backlog's drain."""
+    return aws_calls(module_files("worker.lambda_handler") + module_files("worker.backlog"))
+
+
 def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
-    calls = aws_calls(module_files("worker.lambda_handler"))
+    calls = cleanup_role_calls()
     assert calls <= set(IAM_ACTIONS), f"add these calls to IAM_ACTIONS and the policy: {calls - set(IAM_ACTIONS)}"
 
-    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ | SQS_MAPPING
 
     assert granted("CleanupRole") == needed
 
 
 def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> None:
-    calls = aws_calls(module_files("worker.lambda_handler"))
-    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | KINESIS_READ
+    calls = cleanup_role_calls()
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | KINESIS_READ | SQS_MAPPING
     by_sid = {s["Sid"]: s for s in statements("CleanupRole", KinesisSource=True)}
 
     assert granted("CleanupRole", KinesisSource=True) == needed
@@ -292,7 +314,7 @@ def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> Non
 
 def test_the_registry_is_queried_and_pruned_only_when_one_is_configured() -> None:
     by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
-    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
+    cleanup = function("worker.lambda_handler.handler")
     variables = cleanup["Properties"]["Environment"]["Variables"]
 
     assert granted("CleanupRole") - granted("CleanupRole", HasRegistry=False) == {
@@ -390,7 +412,7 @@ def test_the_stream_and_the_function_have_alarms() -> None:
 def test_large_dead_letters_are_written_only_under_their_prefix_and_the_queue_size_is_set() -> None:
     by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
     queue = transformed()["Resources"]["DeadLetterQueue"]["Properties"]
-    [cleanup] = [f for f in resources("AWS::Lambda::Function").values() if "DEAD_LETTER_QUEUE_URL" in str(f)]
+    cleanup = function("worker.lambda_handler.handler")
 
     assert by_sid["StoreLargeDeadLetters"]["Action"] == "s3:PutObject"
     assert by_sid["StoreLargeDeadLetters"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${DeadLetterPrefix}*")
@@ -430,14 +452,19 @@ def test_the_sweeper_may_delete_only_items_under_the_session_key_prefix(prefixed
 
 def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
     # Redrive cleans what these queues' messages name: a message from anyone else could name a live session.
-    [policy] = resources("AWS::SQS::QueuePolicy").values()
+    policy = resources("AWS::SQS::QueuePolicy")["FailureQueuesPolicy"]
     queues = [{"Fn::GetAtt": [name, "Arn"]} for name in ("DeadLetterQueue", "OnFailureQueue")]
     role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
     function = {"Fn::GetAtt": ["CleanupFunction", "Arn"]}
     allow, deny = policy["Properties"]["PolicyDocument"]["Statement"]
 
     assert policy["Properties"]["Queues"] == [{"Ref": "DeadLetterQueue"}, {"Ref": "OnFailureQueue"}]
-    assert set(resources("AWS::SQS::Queue")) == {"DeadLetterQueue", "OnFailureQueue"}
+    assert set(resources("AWS::SQS::Queue")) == {
+        "DeadLetterQueue",
+        "OnFailureQueue",
+        "BacklogQueue",
+        "BacklogDeadLetterQueue",
+    }
     assert (allow["Effect"], allow["Principal"], allow["Action"], allow["Resource"]) == (
         "Allow",
         {"AWS": role},

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kcl": ("worker.kcl", "record processor for the KCL MultiLangDaemon (speaks its protocol on stdin/stdout)"),
     "replay": ("worker.replay", "clean the sessions of captured records (Lambda events, GetRecords, JSON lines)"),
     "capture": ("worker.capture", "write a stream's records to a JSON-lines file"),
+    "drain": ("worker.drain", "drain the backlog queue of quota-bound work (as the drain function does in Lambda)"),
     "redrive": ("worker.redrive", "re-process the batches named by on-failure or dead-letter messages"),
     "sweep": ("worker.sweep", "delete the sessions whose ttl has passed (instead of waiting for DynamoDB TTL)"),
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),

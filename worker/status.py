@@ -1,7 +1,8 @@
 """``cleanup-worker status``: the worker's state on one screen (or in one JSON object), from read-only calls.
 
 Mode and kill switch; for the stream poller, each shard's checkpoint and lag and the lease's holder and term; the
-depth and oldest-message age of the dead-letter queue (DEAD_LETTER_QUEUE_URL) and of the on-failure queue (given on
+depth and oldest-message age of the dead-letter queue (DEAD_LETTER_QUEUE_URL), of the backlog of quota-bound work
+(BACKLOG_QUEUE_URL: how many grants still wait for the quota, and since when) and of the on-failure queue (given on
 the command line: it is the mapping's, not a setting of the worker); the last sweep. The gathering is
 ``cleanup.operations.status``; this module picks the stream and prints.
 
@@ -54,7 +55,11 @@ def gather(args: argparse.Namespace, runtime: Runtime) -> dict[str, Any] | None:
     except CleanupError as exc:
         print(f"cleanup-worker status: {exc}", file=sys.stderr)
         return None
-    queues = {"deadLetter": runtime.settings.dead_letter_queue_url, "onFailure": args.on_failure_queue_url}
+    queues = {
+        "deadLetter": runtime.settings.dead_letter_queue_url,
+        "backlog": runtime.settings.backlog_queue_url,
+        "onFailure": args.on_failure_queue_url,
+    }
     return {
         "mode": status.mode(runtime),
         "poller": status.poller(runtime, stream_arn),
@@ -70,6 +75,9 @@ def _errors(report: dict[str, Any]) -> bool:
     return any(part.get("error") for part in parts)
 
 
+LABELS = {"deadLetter": "dead-letter", "backlog": "backlog", "onFailure": "on-failure"}
+
+
 def show(report: dict[str, Any], out: IO[str]) -> None:
     """The status as a few aligned lines per part."""
     mode = report["mode"]
@@ -82,7 +90,7 @@ def show(report: dict[str, Any], out: IO[str]) -> None:
         print(f"             kill switch unreadable: {mode['error']}", file=out)
     _show_poller(report["poller"], out)
     for name, queue in report["queues"].items():
-        label = "dead-letter" if name == "deadLetter" else "on-failure"
+        label = LABELS.get(name, name)
         if "error" in queue:
             print(f"{label:<12} error: {queue['error']}", file=out)
             continue

@@ -8,6 +8,11 @@ Every delete is an ordinary REMOVE on the table's stream, which the worker clean
 
 Queries and deletes run concurrently on the runtime's bounded pool. With ``CLEANUP_MODE=dry-run`` nothing is deleted:
 the expired sessions are only counted.
+
+Backpressure: the sweeper deletes no faster than cleanup absorbs. A sweep deletes at most SWEEP_MAX_DELETES sessions
+(about what the stream's cleanup takes in a sweep's minute), and none while the backlog of quota-bound work
+(BACKLOG_QUEUE_URL) holds more than SWEEP_MAX_BACKLOG messages, or its depth cannot be read; the sessions left are
+counted ``deferred`` (the next sweep, or DynamoDB TTL, takes them) and the summary's ``backpressure`` says why.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class SweepReport:
 
     buckets: int = 0
     failed_buckets: int = 0
+    backpressure: str | None = None
+    """Why sessions were left for a later sweep though time remained (SWEEP_MAX_DELETES, SWEEP_MAX_BACKLOG)."""
     verdicts: Counter[Verdict] = field(default_factory=Counter)
     lags: list[float] = field(default_factory=list)
 
@@ -77,6 +84,7 @@ class SweepReport:
             "expired": sum(self.verdicts.values()),
             **{verdict.value: self.verdicts[verdict] for verdict in Verdict},
             "maxLagSeconds": round(max(self.lags), 3) if self.lags else None,
+            **({"backpressure": self.backpressure} if self.backpressure else {}),
         }
 
 
@@ -108,7 +116,8 @@ def sweep(
         bucket_seconds=settings.expiry_bucket_seconds,
         shards=settings.expiry_shards,
     )
-    report = SweepReport(buckets=len(buckets))
+    report = SweepReport(buckets=len(buckets), backpressure=_backlog_full(runtime, deadline))
+    allowed = 0 if report.backpressure else settings.sweep_max_deletes
     pool = runtime.executor
     queries = {pool.submit(_expired_in, runtime, table, bucket, now, deadline, page_size): bucket for bucket in buckets}
     deletes: list[Future[Verdict]] = []
@@ -121,11 +130,37 @@ def sweep(
             report.failed_buckets += 1
             log.warning("sweep query failed", extra={"table": table, "bucket": queries[query], "error": str(exc)})
             continue
+        if allowed is not None and len(deletes) + len(found) > allowed:
+            report.verdicts[Verdict.DEFERRED] += len(deletes) + len(found) - allowed
+            found = found[: max(0, allowed - len(deletes))]
+            report.backpressure = report.backpressure or f"SWEEP_MAX_DELETES {allowed} reached: the rest wait"
         deletes += [pool.submit(_remove, runtime, table, expired, now, deadline, report.lags) for expired in found]
     report.verdicts.update(delete.result() for delete in deletes)
     _emit(runtime, report)
     log.info("sweep finished", extra={"table": table, **report.summary()})
     return report
+
+
+def _backlog_full(runtime: Runtime, deadline: Deadline) -> str | None:
+    """Why this sweep deletes nothing: the backlog is deeper than SWEEP_MAX_BACKLOG, or its depth is unknown."""
+    settings = runtime.settings
+    limit, queue = settings.sweep_max_backlog, settings.backlog_queue_url
+    if limit is None or not queue:
+        return None
+    try:
+        answer = call(
+            runtime.clients.sqs.get_queue_attributes,
+            "GetQueueAttributes",
+            deadline,
+            QueueUrl=queue,
+            AttributeNames=["ApproximateNumberOfMessages"],
+        )
+        depth = int(answer.get("Attributes", {})["ApproximateNumberOfMessages"])
+    except (CleanupError, KeyError, ValueError) as exc:
+        return f"the backlog's depth is unknown ({str(exc)[:200]}): nothing deleted"
+    if depth > limit:
+        return f"the backlog holds {depth} messages, over SWEEP_MAX_BACKLOG {limit}: nothing deleted"
+    return None
 
 
 def _expired_in(

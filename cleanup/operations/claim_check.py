@@ -3,8 +3,7 @@
 ``cleanup.deadletter`` stores a record too large for one message as an object under DEAD_LETTER_PREFIX in
 DEAD_LETTER_BUCKET and sends a message naming it. Here the object is read back and, once its record is clean,
 deleted. The location comes from a message, so it is checked first: only that bucket, only under that prefix, only a
-key of the shape the worker makes. Only redrive imports this module (the Lambda function's role may write these
-objects, never read or delete them).
+key of the shape the worker makes. Redrive and the backlog's drain (``cleanup.backlog_drain``) use it.
 
 A record may be named by more than one message: a SendMessageBatch whose answer was lost is sent again. So before
 the object of a clean record is deleted, a small marker is written beside it, ``<prefix>redriven/<rest of the key>``:

@@ -29,6 +29,8 @@ class PollSummary:
     """Sessions a dry run would have cleaned."""
     skipped: int = 0
     failed: int = 0
+    deferred: int = 0
+    """Records whose cleanup left only quota-bound work, sent to BACKLOG_QUEUE_URL: handled, not failed."""
     dead_lettered: int = 0
     standby_polls: int = 0
     lease_lost: bool = False
@@ -104,6 +106,8 @@ class BatchAttempts:
                 self.summary.planned += 1
             elif outcome.status is Status.SKIPPED:
                 self.summary.skipped += 1
+            elif outcome.status is Status.DEFERRED:
+                self.summary.deferred += 1
             elif outcome.dead_lettered:
                 self.summary.dead_lettered += 1
             else:
