@@ -210,6 +210,11 @@ class Settings(BaseSettings):
     sweep_lookback_seconds: int = Field(default=2 * 24 * 3600, ge=60)
     """SWEEP_LOOKBACK_SECONDS: how far back the sweeper looks for buckets (TTL is the backstop beyond)."""
 
+    # Reconcile (``cleanup-worker reconcile``: what the stream path missed).
+    reconcile_grace_seconds: int = Field(default=3600, ge=0)
+    """RECONCILE_GRACE_SECONDS: a grant or scratch prefix younger than this, or of a session past its ttl by less,
+    is never freed by reconcile (a session being set up, a record still on its way through the stream)."""
+
     @field_validator("scratch_root")
     @classmethod
     def _root_is_a_folder(cls, root: str) -> str:
