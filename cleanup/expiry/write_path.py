@@ -18,12 +18,12 @@ The session's KMS grant is created by ``create_session_grant``, named ``session:
 name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. A session
 id that follows the convention is 1 to 128 letters, digits, ``_`` or ``-`` (``SESSION_ID``), its item's key is
 ``pk = session#<id>`` (or SESSION_KEY_PREFIX + id) and, in a table with a sort key, ``sk = meta`` (or
-SESSION_SORT_KEY), and its scratch prefix is ``<root><id>/`` (``<root><tenant>/<id>/`` when tenant-scoped).
+SESSION_SORT_KEY), and its scratch prefix is ``<root><id>/`` (``<root><tenant>/<id>/`` when tenant-scoped): see
+``cleanup.expiry.convention``.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import zlib
 from collections.abc import Sequence
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
+from cleanup.expiry.convention import KEY_PREFIX, SORT_KEY, grant_name
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:
@@ -38,29 +39,13 @@ if TYPE_CHECKING:
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_kms.literals import GrantOperationType
 
-KEY_PREFIX = "session#"
-SORT_KEY = "meta"
 DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
 DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
-GRANT_NAME_PREFIX = "session:"
-SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-"""A session id reconcile can map its resources back from (KMS grant names take letters, digits and ``:/_-``)."""
 
 
 def session_key(session_id: str, names: AttributeNames = DEFAULT_NAMES, key_prefix: str = KEY_PREFIX) -> dict[str, Any]:
     """The item key of a session, as AttributeValues (``pk = session#<id>``, ``sk = meta``)."""
     return {names.pk: {"S": f"{key_prefix}{session_id}"}, names.sk: {"S": SORT_KEY}}
-
-
-def grant_name(session_id: str) -> str:
-    """The Name of ``session_id``'s grant: ``session:<session-id>``.
-
-    Raises:
-        ValueError: the id does not follow the convention (``SESSION_ID``).
-    """
-    if not SESSION_ID.fullmatch(session_id):
-        raise ValueError(f"session id {session_id!r} is not 1-128 letters, digits, '_' or '-': no grant name for it")
-    return f"{GRANT_NAME_PREFIX}{session_id}"
 
 
 def create_session_grant(

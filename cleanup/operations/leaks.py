@@ -24,7 +24,7 @@ from cleanup.actions import grant, scratch
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
-from cleanup.expiry.write_path import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
+from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
 from cleanup.guard import ScratchLocation, resolve_prefix
 from schemas.settings import Settings
 
