@@ -28,6 +28,7 @@ COMMANDS = {
     "sweep": ["sweep", "--table", "sessions"],
     "check": ["check"],
     "status": ["status", "--table-name", "sessions"],
+    "reconcile": ["reconcile"],
 }
 BAD = {
     "METRICS_DESTINATION": "nonsense",
