@@ -63,6 +63,7 @@ def read_live_items(
     parts: list[Part[dict[str, Any], Session | None]],
     names: AttributeNames,
     deadline: Deadline,
+    extra: tuple[str, ...] = (),
 ) -> None:
     """Answer each part (an item key, in client form) with the item now under it in ``table``, or None if none.
 
@@ -71,6 +72,8 @@ def read_live_items(
     several keys (one hostile key fails a whole BatchGetItem) is made again key by key, so that only the part whose
     key is at fault fails.
 
+    ``extra``: attributes read besides the session's resources (reconcile reads ``ttl``).
+
     Parts are answered with ``Part.fail``: TransientError / PermanentError when the read failed, BadRecordError when
     the live item's session attributes cannot be read (nothing may then be freed).
     """
@@ -78,13 +81,13 @@ def read_live_items(
     for part in parts:
         by_key.setdefault(key_id(part.item), []).append(part)
     try:
-        _read(dynamodb, table, by_key, names, deadline)
+        _read(dynamodb, table, by_key, names, deadline, extra)
     except PermanentError:
         if len(by_key) == 1:
             raise
         for one in by_key.values():
             try:
-                _read(dynamodb, table, {key_id(one[0].item): one}, names, deadline)
+                _read(dynamodb, table, {key_id(one[0].item): one}, names, deadline, extra)
             except CleanupError as exc:
                 for part in one:
                     part.fail(exc)
@@ -96,9 +99,11 @@ def _read(
     by_key: dict[str, list[Part[dict[str, Any], Session | None]]],
     names: AttributeNames,
     deadline: Deadline,
+    extra: tuple[str, ...] = (),
 ) -> None:
     key_names = sorted({name for parts in by_key.values() for name in parts[0].item})
-    wanted = dict.fromkeys([*key_names, names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id])
+    resources = [names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id]
+    wanted = dict.fromkeys([*key_names, *resources, *extra])
     aliases = {f"#a{i}": name for i, name in enumerate(wanted)}
     projection = ", ".join(aliases)
     pending = {ident: parts[0].item for ident, parts in by_key.items()}

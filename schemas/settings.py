@@ -214,6 +214,11 @@ class Settings(BaseSettings):
     sweep_max_backlog: int | None = Field(default=None, ge=0)
     """SWEEP_MAX_BACKLOG: no deletes while BACKLOG_QUEUE_URL holds more messages than this; unset: no such check."""
 
+    # Reconcile (``cleanup-worker reconcile``: what the stream path missed).
+    reconcile_grace_seconds: int = Field(default=3600, ge=0)
+    """RECONCILE_GRACE_SECONDS: a grant or scratch prefix younger than this, or of a session past its ttl by less,
+    is never freed by reconcile (a session being set up, a record still on its way through the stream)."""
+
     @field_validator("scratch_root")
     @classmethod
     def _root_is_a_folder(cls, root: str) -> str:

@@ -29,6 +29,7 @@ COMMANDS = {
     "sweep": ["sweep", "--table", "sessions"],
     "check": ["check"],
     "status": ["status", "--table-name", "sessions"],
+    "reconcile": ["reconcile"],
 }
 BAD = {
     "METRICS_DESTINATION": "nonsense",

@@ -48,6 +48,7 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "delete_object": {"s3:DeleteObject", "s3:DeleteObjectVersion"},
     "get_bucket_versioning": {"s3:GetBucketVersioning"},
     "retire_grant": {"kms:RetireGrant"},
+    "list_grants": {"kms:ListGrants"},
     "delete_connection": {"execute-api:ManageConnections"},
     "send_message_batch": {"sqs:SendMessage"},
     "get_queue_attributes": {"sqs:GetQueueAttributes"},
@@ -71,7 +72,13 @@ KINESIS_READ = {
 # The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
 # What Lambda's SQS event source mapping does with the drain's role (the cleanup role) on the backlog queue.
 SQS_MAPPING = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
-CONDITIONS = {"AskVersioning": True, "KinesisSource": False, "HasRegistry": True, "HasKillSwitch": False}
+CONDITIONS = {
+    "AskVersioning": True,
+    "KinesisSource": False,
+    "HasRegistry": True,
+    "HasKillSwitch": False,
+    "ReconcileOtherKeys": False,
+}
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
 
@@ -205,6 +212,7 @@ def test_the_sam_transform_resolves_both_functions() -> None:
         "worker.lambda_handler.handler",
         "worker.sweep.handler",
         "worker.backlog.handler",
+        "worker.reconcile.handler",
     }
     for function in functions.values():
         assert function["Properties"]["Runtime"] == "python3.12"
@@ -341,7 +349,7 @@ def test_the_sweeper_role_grants_exactly_what_the_sweeper_calls() -> None:
 
 def test_the_sweeper_queries_only_the_expiry_index_every_minute() -> None:
     [query] = [s for s in statements("SweeperRole") if s["Action"] == "dynamodb:Query"]
-    [rule] = resources("AWS::Events::Rule").values()
+    [rule] = [rule for rule in resources("AWS::Events::Rule").values() if "SweeperFunction" in json.dumps(rule)]
 
     assert query["Resource"]["Fn::Sub"].endswith(":table/${SessionTableName}/index/${ExpiryIndexName}")
     assert parameter("ExpiryIndexName")["Default"] == Settings().expiry_index
@@ -504,3 +512,33 @@ def test_the_kill_switch_settings_and_the_extension_layer_are_wired_only_when_gi
         layers = properties["Layers"]
         assert resolved(layers, HasExtensionLayer=True) == [{"Ref": "AppConfigExtensionLayerArn"}]
         assert resolved(layers, HasExtensionLayer=False) == NO_VALUE
+
+
+def test_the_reconciler_role_grants_exactly_what_reconcile_calls() -> None:
+    files = ["worker/reconcile.py", "cleanup/operations/reconcile.py", "cleanup/operations/leaks.py", "cleanup/race.py"]
+    files += ["cleanup/actions/grant.py", "cleanup/actions/scratch.py"]
+    # And, from the runtime: the session table's keys (DescribeTable) and the bucket's versioning.
+    calls = aws_calls([ROOT / name for name in files]) | {"describe_table", "get_bucket_versioning"}
+    assert calls <= set(IAM_ACTIONS), f"add these calls to IAM_ACTIONS and the policy: {calls - set(IAM_ACTIONS)}"
+
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS
+
+    assert granted("ReconcilerRole") == needed
+
+
+def test_the_reconciler_runs_daily_only_when_enabled_on_the_allowed_keys_and_under_the_root() -> None:
+    by_sid = {s["Sid"]: s for s in statements("ReconcilerRole", ReconcileOtherKeys=False)}
+    with_others = {s["Sid"]: s for s in statements("ReconcilerRole", ReconcileOtherKeys=True)}
+    [rule] = [rule for rule in resources("AWS::Events::Rule").values() if "ReconcilerFunction" in json.dumps(rule)]
+
+    assert parameter("ReconcilerEnabled")["Default"] == "false"
+    assert source_template()["Resources"]["ReconcilerFunction"]["Condition"] == "ReconcilerOn"
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 day)"
+    assert by_sid["ListAndRetireGrants"]["Resource"] == {"Ref": "KmsKeyArn"}
+    assert with_others["ListAndRetireGrants"]["Resource"] == {
+        "Fn::Split": [",", {"Fn::Sub": "${KmsKeyArn},${AllowedKmsKeyArns}"}]
+    }
+    assert by_sid["DeleteUnderScratchRoot"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${ScratchRoot}*")
+    assert by_sid["ListScratchRoot"]["Condition"] == {"StringLike": {"s3:prefix": {"Fn::Sub": "${ScratchRoot}*"}}}
+    assert by_sid["ReadSessions"]["Resource"]["Fn::Sub"].endswith(":table/${SessionTableName}")
+    assert parameter("ReconcileGraceSeconds")["Default"] == Settings().reconcile_grace_seconds

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drain": ("worker.drain", "drain the backlog queue of quota-bound work (as the drain function does in Lambda)"),
     "redrive": ("worker.redrive", "re-process the batches named by on-failure or dead-letter messages"),
     "sweep": ("worker.sweep", "delete the sessions whose ttl has passed (instead of waiting for DynamoDB TTL)"),
+    "reconcile": ("worker.reconcile", "free the grants and scratch prefixes of gone sessions that the stream missed"),
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),
     "health": ("worker.health", "container health check: exit 0 while the poller (or, with --kcl, the KCL) progresses"),
     "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),

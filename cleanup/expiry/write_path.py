@@ -13,23 +13,32 @@ the two attributes expiry reads, always written together:
 refreshes ttl and bucket only while the item exists and its ttl is ahead (so it never resurrects a deleted or
 expired session), ``live_session`` reads an item as gone once its ttl has passed (TTL may delete it days later), and
 ``end_session`` deletes it: the stream's REMOVE then cleans everything up.
+
+The session's KMS grant is created by ``create_session_grant``, named ``session:<session-id>`` (``grant_name``): the
+name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. A session
+id that follows the convention is 1 to 128 letters, digits, ``_`` or ``-`` (``SESSION_ID``), its item's key is
+``pk = session#<id>`` (or SESSION_KEY_PREFIX + id) and, in a table with a sort key, ``sk = meta`` (or
+SESSION_SORT_KEY), and its scratch prefix is ``<root><id>/`` (``<root><tenant>/<id>/`` when tenant-scoped): see
+``cleanup.expiry.convention``.
 """
 
 from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
+from cleanup.expiry.convention import KEY_PREFIX, SORT_KEY, grant_name
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_kms import KMSClient
+    from mypy_boto3_kms.literals import GrantOperationType
 
-KEY_PREFIX = "session#"
-SORT_KEY = "meta"
 DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
 DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
 
@@ -37,6 +46,40 @@ DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].def
 def session_key(session_id: str, names: AttributeNames = DEFAULT_NAMES, key_prefix: str = KEY_PREFIX) -> dict[str, Any]:
     """The item key of a session, as AttributeValues (``pk = session#<id>``, ``sk = meta``)."""
     return {names.pk: {"S": f"{key_prefix}{session_id}"}, names.sk: {"S": SORT_KEY}}
+
+
+def create_session_grant(
+    kms: KMSClient,
+    key_id: str,
+    session_id: str,
+    *,
+    grantee: str,
+    operations: Sequence[GrantOperationType],
+    retiring_principal: str,
+) -> str:
+    """Create ``session_id``'s grant on ``key_id`` (a key ARN), named by the convention (``grant_name``).
+
+    ``retiring_principal`` is the worker's role, so that it may retire the grant; store the returned id as the
+    item's ``grantId`` (and ``key_id`` as its ``kmsKeyId`` if it is not KMS_KEY_ID).
+
+    Returns:
+        The grant's id.
+
+    Raises:
+        ValueError: the session id does not follow the convention.
+        TransientError / PermanentError: CreateGrant failed.
+    """
+    answer = call(
+        kms.create_grant,
+        "CreateGrant",
+        None,
+        KeyId=key_id,
+        GranteePrincipal=grantee,
+        Operations=list(operations),
+        RetiringPrincipal=retiring_principal,
+        Name=grant_name(session_id),
+    )
+    return str(answer["GrantId"])
 
 
 def bucket_start(epoch: float, bucket_seconds: int) -> int:

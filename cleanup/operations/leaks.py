@@ -1,0 +1,171 @@
+"""What reconcile looks at: the grants on the worker's keys and the session-level scratch prefixes, each mapped back
+to its session by the write path's convention (``cleanup.expiry.write_path``).
+
+* **Grants.** ListGrants (paged, paced) on KMS_KEY_ID and every ALLOWED_KMS_KEY_IDS key. A grant named
+  ``session:<session-id>`` is that session's; any other grant follows no convention and is only counted.
+* **Scratch prefixes.** ListObjectsV2 with ``Delimiter="/"`` under SCRATCH_ROOT, to the depth of the documented
+  layout: ``<root><session-id>/``, or ``<root><tenant>/<session-id>/`` when SCRATCH_TENANT_SCOPED is on. A prefix
+  whose last segment is no convention's session id is only counted. Objects lying beside the session folders are
+  not looked at.
+* **The session's key.** ``pk = <SESSION_KEY_PREFIX or "session#"><session-id>`` and, when the session table has a
+  sort key, ``sk = <SESSION_SORT_KEY or "meta">``: the keys ``create_session`` writes.
+
+Every listing must name its bucket, as on the stream path: an answer that does not cannot say what is there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cleanup.actions import grant, scratch
+from cleanup.aws.calls import call
+from cleanup.aws.retry import Deadline
+from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
+from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
+from cleanup.guard import ScratchLocation, resolve_prefix
+from schemas.settings import Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_kms import KMSClient
+    from mypy_boto3_kms.type_defs import ListGrantsRequestTypeDef
+    from mypy_boto3_s3 import S3Client
+
+
+@dataclass(frozen=True)
+class Found:
+    """One listed resource: a grant (``ident`` its id, ``key_id`` its key) or a scratch prefix (``where``).
+
+    ``session_id`` is None when the resource follows no convention; ``created`` is the grant's CreationDate (epoch
+    seconds), None when ListGrants did not say."""
+
+    resource: str
+    ident: str
+    session_id: str | None
+    created: float | None = None
+    key_id: str | None = None
+    where: ScratchLocation | None = None
+
+
+def allowed_keys(settings: Settings) -> list[str]:
+    """KMS_KEY_ID and the ALLOWED_KMS_KEY_IDS keys, each once."""
+    keys = [settings.kms_key_id or "", *(key.strip() for key in settings.allowed_kms_key_ids.split(","))]
+    return list(dict.fromkeys(key for key in keys if key))
+
+
+def grants(kms: KMSClient, keys: list[str], deadline: Deadline) -> Iterator[Found]:
+    """Every grant on ``keys``, page by page.
+
+    Raises:
+        TransientError / PermanentError: a ListGrants call failed, or a truncated page gave no marker to go on.
+    """
+    for key in keys:
+        marker: str | None = None
+        while True:
+            request: ListGrantsRequestTypeDef = {"KeyId": key}
+            if marker:
+                request["Marker"] = marker
+            page = call(kms.list_grants, "ListGrants", deadline, **request)
+            for listed in page.get("Grants", []):
+                yield _grant(key, listed)
+            if not page.get("Truncated"):
+                break
+            marker = page.get("NextMarker")
+            if not marker:
+                raise TransientError(f"ListGrants on {key}: a truncated page without NextMarker")
+
+
+def _grant(key: str, listed: Mapping[str, Any]) -> Found:
+    name = str(listed.get("Name") or "")
+    session_id = name.removeprefix(GRANT_NAME_PREFIX) if name.startswith(GRANT_NAME_PREFIX) else None
+    created = listed.get("CreationDate")
+    return Found(
+        resource=grant.ACTION,
+        ident=str(listed.get("GrantId")),
+        session_id=session_id if session_id is not None and SESSION_ID.fullmatch(session_id) else None,
+        created=created.timestamp() if isinstance(created, datetime) else None,
+        key_id=key,
+    )
+
+
+def prefixes(s3: S3Client, settings: Settings, deadline: Deadline) -> Iterator[Found]:
+    """Every session-level prefix under SCRATCH_ROOT, by the layout's depth.
+
+    Raises:
+        MissingConfigError: SCRATCH_BUCKET is not set.
+        TransientError / PermanentError: a listing failed, or did not name its bucket.
+    """
+    bucket, root = settings.scratch_bucket, settings.scratch_root
+    if not bucket:
+        raise MissingConfigError("SCRATCH_BUCKET is not set: there are no scratch prefixes to reconcile")
+    if not settings.scratch_tenant_scoped:
+        for prefix in _folders(s3, bucket, root, deadline):
+            yield _prefix(prefix, None, settings)
+        return
+    for tenant_prefix in _folders(s3, bucket, root, deadline):
+        tenant = tenant_prefix[len(root) : -1]
+        for prefix in _folders(s3, bucket, tenant_prefix, deadline):
+            yield _prefix(prefix, tenant, settings)
+
+
+def _folders(s3: S3Client, bucket: str, prefix: str, deadline: Deadline) -> Iterator[str]:
+    request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+    while True:
+        page = call(s3.list_objects_v2, "ListObjectsV2", deadline, **request)
+        if page.get("Name") != bucket:
+            raise TransientError(f"a listing of {prefix!r} that does not name its bucket: cannot tell what is there")
+        for common in page.get("CommonPrefixes", []):
+            folder = str(common.get("Prefix", ""))
+            if folder.startswith(prefix) and folder != prefix:  # S3 lists nothing else; a garbled answer might
+                yield folder
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return
+        request["ContinuationToken"] = token
+
+
+def _prefix(prefix: str, tenant: str | None, settings: Settings) -> Found:
+    session_id = prefix[:-1].rpartition("/")[2]
+    try:
+        where = resolve_prefix(prefix, settings, tenant)
+    except PermanentError:  # the guard refuses it (a tenant segment it cannot use): no convention's prefix
+        return Found(scratch.ACTION, prefix, None)
+    return Found(scratch.ACTION, prefix, session_id if SESSION_ID.fullmatch(session_id) else None, where=where)
+
+
+def newest(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> float | None:
+    """The LastModified (epoch seconds) of the newest object under ``where``; None when there is none."""
+    latest: float | None = None
+    request: dict[str, Any] = {"Bucket": where.bucket, "Prefix": where.prefix}
+    while True:
+        page = call(s3.list_objects_v2, "ListObjectsV2", deadline, **request)
+        if page.get("Name") != where.bucket:
+            raise TransientError(f"a listing of {where.prefix!r} that does not name its bucket: cannot tell its age")
+        for listed in page.get("Contents", []):
+            modified = listed.get("LastModified")
+            stamp = modified.timestamp() if isinstance(modified, datetime) else float("inf")  # unknown: young
+            latest = stamp if latest is None else max(latest, stamp)
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return latest
+        request["ContinuationToken"] = token
+
+
+def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...]) -> dict[str, Any]:
+    """The session item's key (client form) for ``session_id``, on a table keyed by ``key_names``.
+
+    Raises:
+        MissingConfigError: the table's key attributes are not ATTR_PK (and ATTR_SK): the convention cannot apply.
+    """
+    names = settings.attributes
+    if key_names not in ((names.pk,), (names.pk, names.sk)):
+        raise MissingConfigError(
+            f"the session table is keyed by {', '.join(key_names)}, not ATTR_PK {names.pk!r} (and ATTR_SK "
+            f"{names.sk!r}): reconcile cannot find a session's item"
+        )
+    key = {names.pk: {"S": f"{settings.session_key_prefix or KEY_PREFIX}{session_id}"}}
+    if len(key_names) == 2:
+        key[names.sk] = {"S": settings.session_sort_key or SORT_KEY}
+    return key

@@ -1,0 +1,245 @@
+"""Reconcile: free what the stream path missed (records lost before the worker saw them).
+
+Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed only when all of these hold:
+
+* its session is not live: the item under the session's key is absent, or past its ``ttl`` by more than
+  RECONCILE_GRACE_SECONDS (the write path reads an item past its ttl as gone, and never revives it). The items are
+  read with consistent BatchGetItem calls, 100 keys a call;
+* it is older than the grace period: a grant's CreationDate (a grant whose date ListGrants does not give is kept),
+  the newest object under a prefix;
+* the one rule (``cleanup.fence``): right before each RetireGrant, and before each page of a prefix's deletion, the
+  item is read again and must still be not live. A session re-created in between stops it: the resource is kept.
+
+Resources that follow no convention are never touched, only counted. With CLEANUP_MODE=dry-run (or the kill switch
+turned to a dry run) nothing is freed: the plan is reported. The fence always reads here, whatever RACE_CHECK says:
+reconcile has no record of the session, only the item can say it is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from cleanup.actions import grant, scratch
+from cleanup.aws.coalesce import Part
+from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
+from cleanup.fence import Fence, Reader
+from cleanup.operations import leaks
+from cleanup.operations.leaks import Found
+from cleanup.race import BATCH_KEYS, read_live_items
+from cleanup.runtime import Runtime
+from cleanup.telemetry import log
+from schemas.outcomes import ActionStatus
+from schemas.session import Session
+from schemas.settings import CleanupMode
+
+RESOURCES = (grant.ACTION, scratch.ACTION)
+
+
+class Verdict(StrEnum):
+    """What became of one listed resource."""
+
+    FREED = "freed"
+    GONE = "gone"  # gone already when it was to be freed
+    PLANNED = "planned"  # dry run: would have been freed
+    LIVE = "live"  # its session is live (or came back before the call): kept
+    YOUNG = "young"  # younger than the grace period, or its age is unknown: kept
+    UNCONVENTIONAL = "unconventional"  # maps to no session: never touched
+    FAILED = "failed"
+
+
+KEPT = (Verdict.LIVE, Verdict.YOUNG, Verdict.UNCONVENTIONAL)
+
+
+@dataclass
+class ReconcileReport:
+    """Counts by resource and verdict."""
+
+    mode: str
+    counts: dict[str, Counter[Verdict]] = field(default_factory=lambda: {name: Counter() for name in RESOURCES})
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    """What a dry run would free (a dry run's plan), one entry per resource."""
+
+    @property
+    def ok(self) -> bool:
+        return not any(counter[Verdict.FAILED] for counter in self.counts.values())
+
+    def summary(self) -> dict[str, Any]:
+        """A flat dict for the CLI's output, the log line and the Lambda's result."""
+        by_resource = {
+            name: {"listed": sum(counter.values()), **{verdict.value: counter[verdict] for verdict in Verdict}}
+            for name, counter in self.counts.items()
+        }
+        return {"mode": self.mode, **by_resource, **({"plan": self.plan} if self.plan else {})}
+
+
+def reconcile(
+    runtime: Runtime,
+    *,
+    now: float | None = None,
+    deadline: Deadline | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> ReconcileReport:
+    """List the grants and scratch prefixes, and free those of sessions that are gone (see the module's docstring).
+
+    ``progress(n)`` is told of every ``n`` resources decided (a command's progress bar).
+
+    Raises:
+        MissingConfigError: SESSION_TABLE, KMS_KEY_ID or SCRATCH_BUCKET is missing, or the table's key is not the
+            convention's.
+        TransientError / PermanentError: a listing failed (nothing after it was freed).
+    """
+    settings = runtime.settings
+    table = settings.session_table
+    if not table or not settings.kms_key_id:
+        raise MissingConfigError("reconcile needs SESSION_TABLE and KMS_KEY_ID (and SCRATCH_BUCKET)")
+    deadline = deadline or Deadline()
+    now = time.time() if now is None else now
+    key_names = runtime.table_keys(table, deadline)
+    found = [
+        *leaks.grants(runtime.clients.kms, leaks.allowed_keys(settings), deadline),
+        *leaks.prefixes(runtime.clients.s3, settings, deadline),
+    ]
+    report = ReconcileReport(settings.cleanup_mode.value)
+    run = _Run(runtime, table, key_names, now, deadline)
+    for start in range(0, len(found), BATCH_KEYS):
+        chunk = found[start : start + BATCH_KEYS]
+        for item, verdict in zip(chunk, run.decide(chunk), strict=True):
+            report.counts[item.resource][verdict] += 1
+            _emit(runtime, item, verdict)
+            if verdict is Verdict.PLANNED:
+                report.plan.append(_detail(item))
+        if progress is not None:
+            progress(len(chunk))
+    runtime.metrics.flush()
+    return report
+
+
+@dataclass
+class _Run:
+    runtime: Runtime
+    table: str
+    key_names: tuple[str, ...]
+    now: float
+    deadline: Deadline
+
+    def decide(self, chunk: list[Found]) -> list[Verdict]:
+        """The verdicts of ``chunk`` (at most BATCH_KEYS resources), freeing those that may be."""
+        settings = self.runtime.settings
+        parts: dict[int, Part[dict[str, Any], Session | None]] = {
+            index: Part(leaks.session_key(item.session_id, settings, self.key_names), 1, self.deadline)
+            for index, item in enumerate(chunk)
+            if item.session_id is not None
+        }
+        if parts:
+            try:
+                self._read(list(parts.values()))
+            except CleanupError as exc:  # one key's read failed for good: its resources are kept
+                for part in parts.values():
+                    part.fail(exc)
+        return [self._verdict(item, parts.get(index)) for index, item in enumerate(chunk)]
+
+    def _verdict(self, item: Found, part: Part[dict[str, Any], Session | None] | None) -> Verdict:
+        if part is None:
+            return Verdict.UNCONVENTIONAL
+        if part.error is not None:
+            log.warning("reconcile: the session item could not be read", extra=_detail(item, part.error))
+            return Verdict.FAILED
+        if self._alive(part.result) is not None:
+            return Verdict.LIVE
+        try:
+            young = self._young(item)
+        except CleanupError as exc:
+            log.warning("reconcile: the age could not be read", extra=_detail(item, exc))
+            return Verdict.FAILED
+        if young is not None:
+            return young
+        if self.runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
+            return Verdict.PLANNED
+        return self._free(item, part.item)
+
+    def _young(self, item: Found) -> Verdict | None:
+        """YOUNG when ``item`` is not older than the grace period (or its age is unknown), GONE for an empty prefix,
+        None when it is old enough to free."""
+        created = item.created
+        if item.where is not None:
+            created = leaks.newest(self.runtime.clients.s3, item.where, self.deadline)
+            if created is None:
+                return Verdict.GONE
+        if created is None or self.now - created <= self.runtime.settings.reconcile_grace_seconds:
+            return Verdict.YOUNG
+        return None
+
+    def _free(self, item: Found, key: dict[str, Any]) -> Verdict:
+        """Free ``item`` behind a fence whose first reading is the one the decision was made on."""
+        fence = Fence(self._reader(key, first=None), self.runtime.settings.scratch_bucket or "")
+        fence.reading(self.deadline, None)
+        fence.stale()  # the permit reads again, right before the call
+        permit = fence.guard(item.resource, item.ident, item.where)
+        try:
+            status = call_with_retry(
+                lambda: self._act(item, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
+            )
+        except NowHeldError as exc:
+            log.info("reconcile: kept, the session came back", extra=_detail(item, exc))
+            return Verdict.LIVE
+        except CleanupError as exc:
+            log.warning("reconcile: could not free", extra=_detail(item, exc))
+            return Verdict.FAILED
+        log.info("reconcile: freed", extra=_detail(item))
+        return Verdict.FREED if status is ActionStatus.DONE else Verdict.GONE
+
+    def _act(self, item: Found, permit: Callable[[Deadline], None]) -> ActionStatus:
+        clients = self.runtime.clients
+        if item.where is None:
+            assert item.key_id is not None
+            return grant.retire_grant(clients.kms, item.key_id, item.ident, self.deadline, permit=permit)
+        versioned = self.runtime.is_versioned(item.where.bucket, self.deadline)
+        deleted = scratch.delete_prefix(
+            clients.s3, item.where, versioned=versioned, deadline=self.deadline, permit=permit
+        )
+        return ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE
+
+    def _reader(self, key: dict[str, Any], first: Session | None) -> Reader:
+        """Reads the item under ``key``; its first answer is ``first``, the reading the decision was made on."""
+        seeded = [first]
+
+        def read(deadline: Deadline, then: str | None) -> Session | None:
+            if seeded:
+                return seeded.pop()
+            part: Part[dict[str, Any], Session | None] = Part(key, 1, deadline)
+            self._read([part], deadline)
+            if part.error is not None:
+                raise part.error
+            return self._alive(part.result)
+
+        return read
+
+    def _read(self, parts: list[Part[dict[str, Any], Session | None]], deadline: Deadline | None = None) -> None:
+        ttl = self.runtime.settings.attributes.ttl
+        dynamodb, names = self.runtime.clients.dynamodb, self.runtime.settings.attributes
+        read_live_items(dynamodb, self.table, parts, names, deadline or self.deadline, extra=(ttl,))
+
+    def _alive(self, session: Session | None) -> Session | None:
+        """``session`` if it is live: present, and not past its ttl by more than the grace period."""
+        grace = self.runtime.settings.reconcile_grace_seconds
+        if session is None or (session.ttl is not None and session.ttl + grace < self.now):
+            return None
+        return session
+
+
+def _emit(runtime: Runtime, item: Found, verdict: Verdict) -> None:
+    named = {Verdict.FREED: "ReconcileFreed", Verdict.PLANNED: "ReconcilePlanned", Verdict.FAILED: "ReconcileFailed"}
+    name = named.get(verdict, "ReconcileKept" if verdict in KEPT else "ReconcileGone")
+    runtime.metrics.count(name, "Resource", item.resource)
+
+
+def _detail(item: Found, error: BaseException | None = None) -> dict[str, Any]:
+    where = {"keyId": item.key_id} if item.key_id else {"bucket": item.where.bucket} if item.where else {}
+    detail = {"resource": item.resource, "id": item.ident, "sessionId": item.session_id, **where}
+    return {**detail, "error": str(error)} if error is not None else detail
