@@ -218,6 +218,10 @@ class Settings(BaseSettings):
     reconcile_grace_seconds: int = Field(default=3600, ge=0)
     """RECONCILE_GRACE_SECONDS: a grant or scratch prefix younger than this, or of a session past its ttl by less,
     is never freed by reconcile (a session being set up, a record still on its way through the stream)."""
+    reconcile_scratch: bool = False
+    """RECONCILE_SCRATCH: reconcile also lists and frees scratch prefixes. Off by default: read at the wrong depth
+    (SCRATCH_TENANT_SCOPED not the real layout), a tenant's folder would be taken for a session's; the bucket's
+    lifecycle rule is the scratch data's backstop anyway. Grants, which have none, are always reconciled."""
 
     @field_validator("scratch_root")
     @classmethod

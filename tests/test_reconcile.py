@@ -119,9 +119,24 @@ def test_reconcile_retires_the_grants_of_gone_sessions_and_no_other(
     }
 
 
-def test_reconcile_deletes_the_scratch_prefixes_of_gone_sessions_and_no_other(
+def test_without_reconcile_scratch_no_prefix_is_listed_or_deleted(
     env: SessionStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    session(env, "gone-1")
+    env.delete("gone-1")
+    age(env, "sessions/t1/gone-1/")
+
+    code, summary = run(capsys)
+
+    assert code == 0
+    assert len(env.objects("sessions/t1/gone-1/")) == 2
+    assert summary["scratch"]["listed"] == 0
+
+
+def test_reconcile_deletes_the_scratch_prefixes_of_gone_sessions_and_no_other(
+    env: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECONCILE_SCRATCH", "true")
     for session_id in ("gone-1", "gone-2", "expired-1", "live-1", "young-gone"):
         session(env, session_id, ttl_seconds=-2 * HOUR if session_id == "expired-1" else HOUR)
     for session_id in ("gone-1", "gone-2", "young-gone"):
@@ -154,6 +169,7 @@ def test_a_dry_run_frees_nothing_and_prints_the_plan(
     env: SessionStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CLEANUP_MODE", "dry-run")
+    monkeypatch.setenv("RECONCILE_SCRATCH", "true")
     grant_id = session(env, "gone-1")
     env.delete("gone-1")
     age(env, "sessions/t1/gone-1/")

@@ -103,7 +103,7 @@ def reconcile(
     key_names = runtime.table_keys(table, deadline)
     found = [
         *leaks.grants(runtime.clients.kms, leaks.allowed_keys(settings), deadline),
-        *leaks.prefixes(runtime.clients.s3, settings, deadline),
+        *(leaks.prefixes(runtime.clients.s3, settings, deadline) if settings.reconcile_scratch else ()),
     ]
     report = ReconcileReport(settings.cleanup_mode.value)
     run = _Run(runtime, table, key_names, now, deadline)
