@@ -95,12 +95,14 @@ def _shard(runtime: Runtime, stream_arn: str, shard_id: str, item: dict[str, Any
     reader = ShardReader(
         runtime.clients.streams, stream_arn, shard_id, after=checkpoint, start=start, limit=1000, empty_reads_at_end=1
     )
-    waiting, first = 0, None
+    waiting = 0
+    first: dict[str, Any] | None = None
     try:
         for _ in range(LAG_PAGES):
             records = reader.read().records
             waiting += len(records)
-            first = first or next(iter(records), None)
+            if first is None and records:
+                first = records[0]
             if reader.ended or not records:
                 break
     except CleanupError as exc:
