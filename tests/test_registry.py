@@ -195,11 +195,13 @@ def test_unprocessed_items_never_outlive_the_deadline(
     stack.delete("dead")
     runtime = runtime_for(stack, rooms, retry_max_wait_seconds=0.05)
     unprocessed = Unprocessed(runtime.clients.dynamodb, times=10_000)
-    deadline = Deadline()  # one second from the first BatchWriteItem, however long the reads before it took
+    # Two seconds from the first BatchWriteItem, however long the reads before it took: each re-send is read for
+    # first (the fence), and no call starts with less than 0.75 s left.
+    deadline = Deadline()
 
     def start(**_: Any) -> None:
         if deadline.at is None:
-            deadline.at = time.monotonic() + 1.0
+            deadline.at = time.monotonic() + 2.0
 
     runtime.clients.dynamodb.meta.events.register("before-call.dynamodb.BatchWriteItem", start)
 
