@@ -16,6 +16,9 @@ What is deleted, and how:
 * Only the item's own key is sent: the table's key attributes (DescribeTable, once per process), nothing else.
 * A membership written after the Query (the index lags behind the table) is not seen: it is left to its TTL.
 
+``remove`` deletes memberships already found (by reconcile's Scan, ``cleanup.operations.leaks``) in the same
+batches, behind the same permit.
+
 The deadline is checked between pages and between calls (and ``cleanup.aws.pacing`` bounds each call by it): out of
 time, what was deleted stays deleted and the record is reported transient, so the rest goes on its next delivery.
 """
