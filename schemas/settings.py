@@ -61,6 +61,12 @@ class AttributeNames(BaseSettings):
     expiry_bucket: str = "expiryBucket"
     registry_connection_id: str = "connectionId"
     """ATTR_REGISTRY_CONNECTION_ID: the registry items' connection id, the key of REGISTRY_CONNECTION_INDEX."""
+    registry_session_id: str = "sessionId"
+    """ATTR_REGISTRY_SESSION_ID: the registry items' session id (``join_room`` writes it): how reconcile finds a
+    membership's session; a membership without one is never freed by reconcile."""
+    registry_joined_at: str = "joinedAt"
+    """ATTR_REGISTRY_JOINED_AT: when the membership was written (N, epoch seconds); reconcile keeps memberships
+    younger than RECONCILE_GRACE_SECONDS, or without it."""
 
     @property
     def resources(self) -> tuple[str, ...]:

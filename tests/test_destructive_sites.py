@@ -65,7 +65,8 @@ def test_every_call_that_frees_a_resource_is_in_a_known_place() -> None:
 
 
 def test_every_action_that_frees_takes_a_required_permit() -> None:
-    for action in (connection.close_connection, grant.retire_grant, registry.prune, scratch.delete_prefix):
+    actions = (connection.close_connection, grant.retire_grant, registry.prune, registry.remove, scratch.delete_prefix)
+    for action in actions:
         permit = inspect.signature(action).parameters["permit"]
 
         assert permit.kind is inspect.Parameter.KEYWORD_ONLY and permit.default is inspect.Parameter.empty

@@ -39,6 +39,7 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "get_item": {"dynamodb:GetItem"},
     "batch_get_item": {"dynamodb:BatchGetItem"},
     "query": {"dynamodb:Query"},
+    "scan": {"dynamodb:Scan"},
     "batch_write_item": {"dynamodb:BatchWriteItem"},
     "describe_table": {"dynamodb:DescribeTable"},
     "delete_item": {"dynamodb:DeleteItem"},
@@ -516,14 +517,29 @@ def test_the_kill_switch_settings_and_the_extension_layer_are_wired_only_when_gi
 
 def test_the_reconciler_role_grants_exactly_what_reconcile_calls() -> None:
     files = ["worker/reconcile.py", "cleanup/operations/reconcile.py", "cleanup/operations/leaks.py", "cleanup/race.py"]
-    files += ["cleanup/actions/grant.py", "cleanup/actions/scratch.py"]
-    # And, from the runtime: the session table's keys (DescribeTable) and the bucket's versioning.
-    calls = aws_calls([ROOT / name for name in files]) | {"describe_table", "get_bucket_versioning"}
+    files += ["cleanup/actions/grant.py", "cleanup/actions/scratch.py", "cleanup/actions/registry.py"]
+    # And, from the runtime: the tables' keys (DescribeTable) and the bucket's versioning. Not the registry index's
+    # Query: that is the stream path's ``prune``; reconcile removes the memberships its Scan found (``remove``).
+    calls = aws_calls([ROOT / name for name in files]) - {"query"} | {"describe_table", "get_bucket_versioning"}
     assert calls <= set(IAM_ACTIONS), f"add these calls to IAM_ACTIONS and the policy: {calls - set(IAM_ACTIONS)}"
 
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS
 
     assert granted("ReconcilerRole") == needed
+
+
+def test_the_reconciler_scans_and_prunes_the_registry_only_when_one_is_configured() -> None:
+    by_sid = {s["Sid"]: s for s in statements("ReconcilerRole")}
+    variables = function("worker.reconcile.handler")["Properties"]["Environment"]["Variables"]
+
+    assert granted("ReconcilerRole") - granted("ReconcilerRole", HasRegistry=False) == {
+        "dynamodb:Scan",
+        "dynamodb:BatchWriteItem",
+    }
+    assert "ScanAndPruneRegistry" not in {s["Sid"] for s in statements("ReconcilerRole", HasRegistry=False)}
+    assert by_sid["ScanAndPruneRegistry"]["Resource"]["Fn::Sub"].endswith(":table/${RegistryTableName}")
+    assert resolved(variables["REGISTRY_TABLE"]) == {"Ref": "RegistryTableName"}
+    assert resolved(variables["REGISTRY_TABLE"], HasRegistry=False) == NO_VALUE
 
 
 def test_the_reconciler_runs_daily_only_when_enabled_on_the_allowed_keys_and_under_the_root() -> None:

@@ -199,7 +199,15 @@ class Demo:
         shard = zlib.crc32(connection_id.encode()) % ROOM_SHARDS
         for k in range(ROOMS_PER_CONNECTION):
             room = ROOMS[(number + k) % len(ROOMS)]
-            join_room(self.ddb, self.registry, room, connection_id, user_id=f"user-{session.session_id}", shard=shard)
+            join_room(
+                self.ddb,
+                self.registry,
+                room,
+                connection_id,
+                user_id=f"user-{session.session_id}",
+                shard=shard,
+                session_id=session.session_id,
+            )
         session.rooms = ROOMS_PER_CONNECTION
 
     def end_sessions(self, runtime: Any) -> None:

@@ -1,7 +1,8 @@
 """``cleanup-worker reconcile`` and the scheduled Lambda ``worker.reconcile.handler``: free what the stream missed.
 
-Both run :func:`cleanup.operations.reconcile.reconcile` once: the grants on the worker's keys and the session-level
-scratch prefixes whose session is gone are freed, behind the fence, past the grace period. The kill switch is read
+Both run :func:`cleanup.operations.reconcile.reconcile` once: the grants on the worker's keys, the session-level
+scratch prefixes and the registry's room memberships whose session is gone are freed, behind the fence, past the
+grace period. The kill switch is read
 first: paused, nothing is listed or freed (``{"paused": true}``, exit 1); turned to a dry run, the plan is reported.
 
 Exit code: 0 when everything listed was decided, 1 when something could not be read or freed (or paused), 2 when a
@@ -80,6 +81,8 @@ def show(report: ReconcileReport, out: IO[str]) -> None:
             f"gone {counts[Verdict.GONE]}, failed {counts[Verdict.FAILED]}",
             file=out,
         )
+    if report.stopped:
+        print(f"  stopped: {report.stopped}", file=out)
     for entry in report.plan:
-        where = entry.get("keyId") or entry.get("bucket")
+        where = entry.get("keyId") or entry.get("bucket") or entry.get("membership")
         print(f"  would free {entry['resource']} {entry['id']} ({where}) of session {entry['sessionId']}", file=out)

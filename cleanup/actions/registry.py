@@ -16,6 +16,9 @@ What is deleted, and how:
 * Only the item's own key is sent: the table's key attributes (DescribeTable, once per process), nothing else.
 * A membership written after the Query (the index lags behind the table) is not seen: it is left to its TTL.
 
+``remove`` deletes memberships already found (by reconcile's Scan, ``cleanup.operations.leaks``) in the same
+batches, behind the same permit.
+
 The deadline is checked between pages and between calls (and ``cleanup.aws.pacing`` bounds each call by it): out of
 time, what was deleted stays deleted and the record is reported transient, so the rest goes on its next delivery.
 """
@@ -100,6 +103,34 @@ def prune(
     return Pruned(deleted, kept)
 
 
+def remove(
+    dynamodb: DynamoDBClient,
+    table: str,
+    keys: Sequence[dict[str, Any]],
+    deadline: Deadline,
+    *,
+    permit: Permit,
+    max_wait: float = 2.0,
+) -> int:
+    """Delete the memberships under ``keys`` (each one of the connection ``permit`` guards: see ``own_key``), 25 a
+    BatchWriteItem, each call (a re-send of unprocessed items too) once ``permit`` lets it. For reconcile, which
+    found the keys by a Scan.
+
+    Returns:
+        How many memberships were deleted (a key with no item counts: BatchWriteItem cannot tell).
+
+    Raises:
+        NowHeldError: ``permit`` keeps the memberships; those of earlier calls stay deleted.
+        OutOfTimeError / TransientError / PermanentError: as ``prune``.
+    """
+    deleted = 0
+    for start in range(0, len(keys), BATCH):
+        _out_of_time(deadline, "the deadline came before the next batch")
+        _delete(dynamodb, table, list(keys[start : start + BATCH]), deadline, permit, max_wait)
+        deleted += len(keys[start : start + BATCH])
+    return deleted
+
+
 def count(dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline) -> Pruned:
     """How many memberships ``prune`` would delete, and keep (read-only; for dry runs)."""
     deleted = kept = 0
@@ -133,13 +164,18 @@ def _pages(
 
 def _own_keys(items: Sequence[dict[str, Any]], registry: Registry, connection_id: str) -> tuple[list[Any], int]:
     """The keys of the items that are this connection's memberships, and how many others the index returned."""
-    keys = []
-    for item in items:
-        key = {name: item[name] for name in registry.keys if name in item}
-        complete = len(key) == len(registry.keys)
-        if complete and item.get(registry.attribute) == {"S": connection_id} and _names(key, connection_id):
-            keys.append(key)
+    keys = [key for key in (own_key(item, registry, connection_id) for item in items) if key is not None]
     return keys, len(items) - len(keys)
+
+
+def own_key(item: dict[str, Any], registry: Registry, connection_id: str) -> dict[str, Any] | None:
+    """``item``'s own key, if it is ``connection_id``'s membership: its connection-id attribute is exactly that id,
+    and its key names it (see the module's docstring); None otherwise."""
+    key = {name: item[name] for name in registry.keys if name in item}
+    complete = len(key) == len(registry.keys)
+    if complete and item.get(registry.attribute) == {"S": connection_id} and _names(key, connection_id):
+        return key
+    return None
 
 
 def _names(key: dict[str, Any], connection_id: str) -> bool:

@@ -1,21 +1,40 @@
-"""How a session's item key, grant name and scratch prefix are spelled, so that reconcile can map a resource back to
-its session (the write path writes them so; an application creating its own follows the same convention).
+"""How a session's item key, grant name, scratch prefix and registry memberships are spelled, so that reconcile can
+map a resource back to its session (the write path writes them so; an application creating its own follows the same
+convention).
 
 * session id: 1 to 128 letters, digits, ``_`` or ``-`` (``SESSION_ID``);
 * item key: ``pk = session#<id>`` (or SESSION_KEY_PREFIX + id) and, in a table with a sort key, ``sk = meta`` (or
   SESSION_SORT_KEY);
 * KMS grant Name: ``session:<id>`` (KMS grant names take letters, digits and ``:/_-`` only, so not the ``#`` key);
-* scratch prefix: ``<root><id>/``, or ``<root><tenant>/<id>/`` when SCRATCH_TENANT_SCOPED is on.
+* scratch prefix: ``<root><id>/``, or ``<root><tenant>/<id>/`` when SCRATCH_TENANT_SCOPED is on;
+* registry membership: ``pk = room#<room>#<shard>``, ``sk = conn#<connection-id>`` (the key names the connection),
+  with ``connectionId``, ``sessionId`` (the session holding the connection), ``joinedAt`` and ``expiresAt`` (epoch
+  seconds, the registry's TTL) (``membership_item``; the attribute names are ATTR_REGISTRY_*).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+from schemas.settings import AttributeNames
 
 KEY_PREFIX = "session#"
 SORT_KEY = "meta"
 GRANT_NAME_PREFIX = "session:"
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+REGISTRY_EXPIRES_AT = "expiresAt"
+
+
+def checked(session_id: str, what: str) -> str:
+    """``session_id``, if it follows the convention (``SESSION_ID``).
+
+    Raises:
+        ValueError: it does not; ``what`` names what could not be made for it.
+    """
+    if not SESSION_ID.fullmatch(session_id):
+        raise ValueError(f"session id {session_id!r} is not 1-128 letters, digits, '_' or '-': no {what} for it")
+    return session_id
 
 
 def grant_name(session_id: str) -> str:
@@ -24,6 +43,32 @@ def grant_name(session_id: str) -> str:
     Raises:
         ValueError: the id does not follow the convention (``SESSION_ID``).
     """
-    if not SESSION_ID.fullmatch(session_id):
-        raise ValueError(f"session id {session_id!r} is not 1-128 letters, digits, '_' or '-': no grant name for it")
-    return f"{GRANT_NAME_PREFIX}{session_id}"
+    return f"{GRANT_NAME_PREFIX}{checked(session_id, 'grant name')}"
+
+
+def membership_item(
+    room: str,
+    connection_id: str,
+    session_id: str | None,
+    *,
+    shard: int,
+    joined_at: int,
+    ttl_seconds: int,
+    names: AttributeNames,
+) -> dict[str, Any]:
+    """The registry item (AttributeValues) of ``connection_id``'s membership of ``room``, held by ``session_id``
+    (None: a membership that names no session, which reconcile never frees).
+
+    Raises:
+        ValueError: the session id does not follow the convention.
+    """
+    item = {
+        "pk": {"S": f"room#{room}#{shard}"},
+        "sk": {"S": f"conn#{connection_id}"},
+        names.registry_connection_id: {"S": connection_id},
+        names.registry_joined_at: {"N": str(joined_at)},
+        REGISTRY_EXPIRES_AT: {"N": str(joined_at + ttl_seconds)},
+    }
+    if session_id is not None:
+        item[names.registry_session_id] = {"S": checked(session_id, "membership")}
+    return item

@@ -19,7 +19,8 @@ name is how ``cleanup-worker reconcile`` finds the grant's session when the stre
 id that follows the convention is 1 to 128 letters, digits, ``_`` or ``-`` (``SESSION_ID``), its item's key is
 ``pk = session#<id>`` (or SESSION_KEY_PREFIX + id) and, in a table with a sort key, ``sk = meta`` (or
 SESSION_SORT_KEY), and its scratch prefix is ``<root><id>/`` (``<root><tenant>/<id>/`` when tenant-scoped): see
-``cleanup.expiry.convention``.
+``cleanup.expiry.convention``. ``join_room`` writes a connection's room membership in the connection registry with
+the session's id and its join time, by which reconcile finds the memberships of a session that is gone.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
-from cleanup.expiry.convention import KEY_PREFIX, SORT_KEY, grant_name
+from cleanup.expiry.convention import KEY_PREFIX, SORT_KEY, grant_name, membership_item
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
 DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
+MEMBERSHIP_TTL_SECONDS = 2 * 3600 + 600  # API Gateway's two-hour cap on a connection, and a margin
 
 
 def session_key(session_id: str, names: AttributeNames = DEFAULT_NAMES, key_prefix: str = KEY_PREFIX) -> dict[str, Any]:
@@ -80,6 +82,34 @@ def create_session_grant(
         Name=grant_name(session_id),
     )
     return str(answer["GrantId"])
+
+
+def join_room(
+    ddb: DynamoDBClient,
+    table: str,
+    room: str,
+    connection_id: str,
+    session_id: str,
+    *,
+    shard: int = 0,
+    ttl_seconds: int = MEMBERSHIP_TTL_SECONDS,
+    names: AttributeNames = DEFAULT_NAMES,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Add ``connection_id`` (held by ``session_id``) to ``room`` in the registry, in the room's partition ``shard``.
+
+    Returns:
+        The membership's key (``pk``, ``sk``), as AttributeValues.
+
+    Raises:
+        ValueError: the session id does not follow the convention.
+        TransientError / PermanentError: the write failed.
+    """
+    item = membership_item(
+        room, connection_id, session_id, shard=shard, joined_at=_now(now), ttl_seconds=ttl_seconds, names=names
+    )
+    call(ddb.put_item, "PutItem", None, TableName=table, Item=item)
+    return {name: item[name] for name in ("pk", "sk")}
 
 
 def bucket_start(epoch: float, bucket_seconds: int) -> int:

@@ -7,6 +7,10 @@ to its session by the write path's convention (``cleanup.expiry.write_path``).
   layout: ``<root><session-id>/``, or ``<root><tenant>/<session-id>/`` when SCRATCH_TENANT_SCOPED is on. A prefix
   whose last segment is no convention's session id is only counted. Objects lying beside the session folders are
   not looked at.
+* **Registry memberships** (with REGISTRY_TABLE). A consistent Scan (paged, paced) reading the key, the connection
+  id, the session id and the join time. A membership is its session's when its ``sessionId`` follows the convention
+  and it is its connection's (``registry.own_key``: the connection-id attribute is set and the key names it); any
+  other is only counted.
 * **The session's key.** ``pk = <SESSION_KEY_PREFIX or "session#"><session-id>`` and, when the session table has a
   sort key, ``sk = <SESSION_SORT_KEY or "meta">``: the keys ``create_session`` writes.
 
@@ -15,31 +19,37 @@ Every listing must name its bucket, as on the stream path: an answer that does n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions import grant, scratch
+from cleanup.actions import grant, registry, scratch
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
 from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
 from cleanup.guard import ScratchLocation, resolve_prefix
-from schemas.settings import Settings
+from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_kms.type_defs import ListGrantsRequestTypeDef
     from mypy_boto3_s3 import S3Client
 
 
+SCAN_PAGE = 1000  # memberships read at a time
+
+
 @dataclass(frozen=True)
 class Found:
-    """One listed resource: a grant (``ident`` its id, ``key_id`` its key) or a scratch prefix (``where``).
+    """One listed resource: a grant (``ident`` its id, ``key_id`` its key), a scratch prefix (``where``), or a
+    registry membership (``ident`` its connection id, ``membership`` its key).
 
-    ``session_id`` is None when the resource follows no convention; ``created`` is the grant's CreationDate (epoch
-    seconds), None when ListGrants did not say."""
+    ``session_id`` is None when the resource follows no convention; ``created`` is the grant's CreationDate or the
+    membership's join time (epoch seconds), None when not given."""
 
     resource: str
     ident: str
@@ -47,6 +57,7 @@ class Found:
     created: float | None = None
     key_id: str | None = None
     where: ScratchLocation | None = None
+    membership: dict[str, Any] | None = field(default=None, hash=False)
 
 
 def allowed_keys(settings: Settings) -> list[str]:
@@ -151,6 +162,58 @@ def newest(s3: S3Client, where: ScratchLocation, deadline: Deadline) -> float | 
         if not page.get("IsTruncated") or not token:
             return latest
         request["ContinuationToken"] = token
+
+
+def memberships(
+    dynamodb: DynamoDBClient, where: registry.Registry, names: AttributeNames, deadline: Deadline
+) -> Iterator[list[Found]]:
+    """Every membership in the registry, a Scan page at a time.
+
+    Raises:
+        TransientError / PermanentError: a Scan call failed.
+    """
+    wanted = dict.fromkeys((*where.keys, where.attribute, names.registry_session_id, names.registry_joined_at))
+    aliases = {f"#a{i}": name for i, name in enumerate(wanted)}
+    request: dict[str, Any] = {
+        "TableName": where.table,
+        "ProjectionExpression": ", ".join(aliases),
+        "ExpressionAttributeNames": aliases,
+        "ConsistentRead": True,
+        "Limit": SCAN_PAGE,
+    }
+    while True:
+        page = call(dynamodb.scan, "Scan", deadline, **request)
+        yield [_membership(item, where, names) for item in page.get("Items", [])]
+        if not page.get("LastEvaluatedKey"):
+            return
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _membership(item: Mapping[str, Any], where: registry.Registry, names: AttributeNames) -> Found:
+    connection_id, session_id = _text(item.get(where.attribute)), _text(item.get(names.registry_session_id))
+    key = registry.own_key(dict(item), where, connection_id) if connection_id else None
+    conventional = key is not None and session_id is not None and SESSION_ID.fullmatch(session_id) is not None
+    joined = item.get(names.registry_joined_at)
+    return Found(
+        resource=registry.ACTION,
+        ident=connection_id or "",
+        session_id=session_id if conventional else None,
+        created=_number(joined.get("N") if isinstance(joined, dict) else None),
+        membership=key,
+    )
+
+
+def _text(value: object) -> str | None:
+    text = value.get("S") if isinstance(value, dict) else None
+    return text if isinstance(text, str) and text else None
+
+
+def _number(text: object) -> float | None:
+    try:
+        number = float(text) if isinstance(text, str) else None
+    except ValueError:  # not a number: its age is unknown, so it is kept
+        return None
+    return number if number is not None and math.isfinite(number) else None  # NaN would compare as old
 
 
 def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...]) -> dict[str, Any]:

@@ -1,14 +1,22 @@
 """Reconcile: free what the stream path missed (records lost before the worker saw them).
 
+It lists the grants on the worker's keys, the scratch prefixes (with RECONCILE_SCRATCH) and the registry's room
+memberships (with REGISTRY_TABLE; a Scan page at a time, each page decided before the next is read, so memory stays
+bounded whatever the table's size).
+
 Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed only when all of these hold:
 
 * its session is not live: the item under the session's key is absent, or past its ``ttl`` by more than
   RECONCILE_GRACE_SECONDS (the write path reads an item past its ttl as gone, and never revives it). The items are
   read with consistent BatchGetItem calls, 100 keys a call;
 * it is older than the grace period: a grant's CreationDate (a grant whose date ListGrants does not give is kept),
-  the newest object under a prefix;
-* the one rule (``cleanup.fence``): right before each RetireGrant, and before each page of a prefix's deletion, the
-  item is read again and must still be not live. A session re-created in between stops it: the resource is kept.
+  the newest object under a prefix, a membership's join time (one without is kept);
+* the one rule (``cleanup.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
+  before each BatchWriteItem of memberships, the item is read again and must still be not live (nor hold the
+  membership's connection). A session re-created in between stops it: the resource is kept.
+
+A page's memberships to free are grouped by (session, connection): one fence per group, read again before each of
+its BatchWriteItem calls (25 memberships each). Each membership is counted on its own.
 
 Resources that follow no convention are never touched, only counted. With CLEANUP_MODE=dry-run (or the kill switch
 turned to a dry run) nothing is freed: the plan is reported. The fence always reads here, whatever RACE_CHECK says:
@@ -24,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from cleanup.actions import grant, scratch
+from cleanup.actions import grant, registry, scratch
 from cleanup.aws.coalesce import Part
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
@@ -38,7 +46,7 @@ from schemas.outcomes import ActionStatus
 from schemas.session import Session
 from schemas.settings import CleanupMode
 
-RESOURCES = (grant.ACTION, scratch.ACTION)
+RESOURCES = (grant.ACTION, scratch.ACTION, registry.ACTION)
 
 
 class Verdict(StrEnum):
@@ -64,10 +72,12 @@ class ReconcileReport:
     counts: dict[str, Counter[Verdict]] = field(default_factory=lambda: {name: Counter() for name in RESOURCES})
     plan: list[dict[str, Any]] = field(default_factory=list)
     """What a dry run would free (a dry run's plan), one entry per resource."""
+    stopped: str | None = None
+    """Why the registry's scan stopped before its end (what was decided before stays decided), or None."""
 
     @property
     def ok(self) -> bool:
-        return not any(counter[Verdict.FAILED] for counter in self.counts.values())
+        return self.stopped is None and not any(counter[Verdict.FAILED] for counter in self.counts.values())
 
     def summary(self) -> dict[str, Any]:
         """A flat dict for the CLI's output, the log line and the Lambda's result."""
@@ -75,7 +85,8 @@ class ReconcileReport:
             name: {"listed": sum(counter.values()), **{verdict.value: counter[verdict] for verdict in Verdict}}
             for name, counter in self.counts.items()
         }
-        return {"mode": self.mode, **by_resource, **({"plan": self.plan} if self.plan else {})}
+        stopped = {"stopped": self.stopped} if self.stopped else {}
+        return {"mode": self.mode, **by_resource, **stopped, **({"plan": self.plan} if self.plan else {})}
 
 
 def reconcile(
@@ -85,14 +96,16 @@ def reconcile(
     deadline: Deadline | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> ReconcileReport:
-    """List the grants and scratch prefixes, and free those of sessions that are gone (see the module's docstring).
+    """List the grants, scratch prefixes and registry memberships, and free those of sessions that are gone (see
+    the module's docstring).
 
     ``progress(n)`` is told of every ``n`` resources decided (a command's progress bar).
 
     Raises:
         MissingConfigError: SESSION_TABLE, KMS_KEY_ID or SCRATCH_BUCKET is missing, or the table's key is not the
             convention's.
-        TransientError / PermanentError: a listing failed (nothing after it was freed).
+        TransientError / PermanentError: a listing of grants or prefixes failed (nothing was freed). A failed
+            registry scan is reported in ``stopped`` instead: memberships may have been freed before it.
     """
     settings = runtime.settings
     table = settings.session_table
@@ -107,17 +120,41 @@ def reconcile(
     ]
     report = ReconcileReport(settings.cleanup_mode.value)
     run = _Run(runtime, table, key_names, now, deadline)
+    try:
+        _settle(run, found, report, progress)
+        if settings.registry_table:
+            _memberships(run, settings.registry_table, report, progress)
+    finally:
+        runtime.metrics.flush()
+    return report
+
+
+def _settle(run: _Run, found: list[Found], report: ReconcileReport, progress: Callable[[int], object] | None) -> None:
+    """Decide ``found``, BATCH_KEYS at a time, and count the verdicts."""
     for start in range(0, len(found), BATCH_KEYS):
         chunk = found[start : start + BATCH_KEYS]
         for item, verdict in zip(chunk, run.decide(chunk), strict=True):
             report.counts[item.resource][verdict] += 1
-            _emit(runtime, item, verdict)
+            _emit(run.runtime, item, verdict)
             if verdict is Verdict.PLANNED:
                 report.plan.append(_detail(item))
         if progress is not None:
             progress(len(chunk))
-    runtime.metrics.flush()
-    return report
+
+
+def _memberships(run: _Run, table: str, report: ReconcileReport, progress: Callable[[int], object] | None) -> None:
+    """Scan the registry and decide each page before reading the next; a failed scan stops it (``stopped``)."""
+    settings, deadline = run.runtime.settings, run.deadline
+    names = settings.attributes
+    try:
+        keys = run.runtime.table_keys(table, deadline)
+        where = registry.Registry(table, settings.registry_connection_index, names.registry_connection_id, keys)
+        for page in leaks.memberships(run.runtime.clients.dynamodb, where, names, deadline):
+            page.sort(key=lambda item: (item.session_id or "", item.ident))  # a group's memberships side by side
+            _settle(run, page, report, progress)
+    except CleanupError as exc:
+        report.stopped = f"the registry scan of {table!r} stopped: {exc}"
+        log.warning("reconcile: the registry scan stopped", extra={"table": table, "error": str(exc)})
 
 
 @dataclass
@@ -142,9 +179,19 @@ class _Run:
             except CleanupError as exc:  # one key's read failed for good: its resources are kept
                 for part in parts.values():
                     part.fail(exc)
-        return [self._verdict(item, parts.get(index)) for index, item in enumerate(chunk)]
+        verdicts = [self._verdict(item, parts.get(index)) for index, item in enumerate(chunk)]
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for index, verdict in enumerate(verdicts):
+            if verdict is None:
+                groups.setdefault(_group(chunk[index], index), []).append(index)
+        freed: dict[int, Verdict] = {}
+        for indices in groups.values():
+            verdict = self._free([chunk[index] for index in indices], parts[indices[0]].item)
+            freed.update(dict.fromkeys(indices, verdict))
+        return [verdict if verdict is not None else freed[index] for index, verdict in enumerate(verdicts)]
 
-    def _verdict(self, item: Found, part: Part[dict[str, Any], Session | None] | None) -> Verdict:
+    def _verdict(self, item: Found, part: Part[dict[str, Any], Session | None] | None) -> Verdict | None:
+        """The verdict of ``item``, or None when it is to be freed."""
         if part is None:
             return Verdict.UNCONVENTIONAL
         if part.error is not None:
@@ -161,7 +208,7 @@ class _Run:
             return young
         if self.runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
             return Verdict.PLANNED
-        return self._free(item, part.item)
+        return None
 
     def _young(self, item: Found) -> Verdict | None:
         """YOUNG when ``item`` is not older than the grace period (or its age is unknown), GONE for an empty prefix,
@@ -175,15 +222,17 @@ class _Run:
             return Verdict.YOUNG
         return None
 
-    def _free(self, item: Found, key: dict[str, Any]) -> Verdict:
-        """Free ``item`` behind a fence whose first reading is the one the decision was made on."""
+    def _free(self, items: list[Found], key: dict[str, Any]) -> Verdict:
+        """Free ``items`` (one resource, or one group's memberships) behind a fence whose first reading is the one
+        the decision was made on."""
+        item = items[0]
         fence = Fence(self._reader(key, first=None), self.runtime.settings.scratch_bucket or "")
         fence.reading(self.deadline, None)
         fence.stale()  # the permit reads again, right before the call
         permit = fence.guard(item.resource, item.ident, item.where)
         try:
             status = call_with_retry(
-                lambda: self._act(item, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
+                lambda: self._act(items, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
             )
         except NowHeldError as exc:
             log.info("reconcile: kept, the session came back", extra=_detail(item, exc))
@@ -194,8 +243,13 @@ class _Run:
         log.info("reconcile: freed", extra=_detail(item))
         return Verdict.FREED if status is ActionStatus.DONE else Verdict.GONE
 
-    def _act(self, item: Found, permit: Callable[[Deadline], None]) -> ActionStatus:
-        clients = self.runtime.clients
+    def _act(self, items: list[Found], permit: Callable[[Deadline], None]) -> ActionStatus:
+        clients, item = self.runtime.clients, items[0]
+        if item.resource == registry.ACTION:
+            keys = [found.membership for found in items if found.membership is not None]
+            table = self.runtime.settings.registry_table or ""
+            registry.remove(clients.dynamodb, table, keys, self.deadline, permit=permit)
+            return ActionStatus.DONE  # BatchWriteItem cannot tell whether an item was there
         if item.where is None:
             assert item.key_id is not None
             return grant.retire_grant(clients.kms, item.key_id, item.ident, self.deadline, permit=permit)
@@ -233,6 +287,13 @@ class _Run:
         return session
 
 
+def _group(item: Found, index: int) -> tuple[str, ...]:
+    """Memberships of one session and connection are freed together; anything else alone."""
+    if item.resource == registry.ACTION and item.session_id is not None:
+        return (item.resource, item.session_id, item.ident)
+    return (item.resource, str(index))
+
+
 def _emit(runtime: Runtime, item: Found, verdict: Verdict) -> None:
     named = {Verdict.FREED: "ReconcileFreed", Verdict.PLANNED: "ReconcilePlanned", Verdict.FAILED: "ReconcileFailed"}
     name = named.get(verdict, "ReconcileKept" if verdict in KEPT else "ReconcileGone")
@@ -241,5 +302,7 @@ def _emit(runtime: Runtime, item: Found, verdict: Verdict) -> None:
 
 def _detail(item: Found, error: BaseException | None = None) -> dict[str, Any]:
     where = {"keyId": item.key_id} if item.key_id else {"bucket": item.where.bucket} if item.where else {}
+    if item.membership is not None:
+        where = {"membership": "/".join(str(value.get("S", value)) for value in item.membership.values())}
     detail = {"resource": item.resource, "id": item.ident, "sessionId": item.session_id, **where}
     return {**detail, "error": str(error)} if error is not None else detail

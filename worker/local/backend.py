@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from moto.server import ThreadedMotoServer
 
+from cleanup.expiry.convention import membership_item
+from cleanup.expiry.write_path import DEFAULT_NAMES
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import AttributeDefinitionTypeDef
@@ -145,25 +148,37 @@ def create_registry_table(ddb: DynamoDBClient, table: str, *, index: str = "byCo
 
 
 def join_room(
-    ddb: DynamoDBClient, table: str, room: str, connection_id: str, *, user_id: str, shard: int
+    ddb: DynamoDBClient,
+    table: str,
+    room: str,
+    connection_id: str,
+    *,
+    user_id: str,
+    shard: int,
+    session_id: str | None = None,
 ) -> dict[str, Any]:
     """Add ``connection_id`` to ``room`` in the registry, in the room's partition ``shard``; returns the item's key."""
-    item = membership(room, connection_id, user_id=user_id, shard=shard)
+    item = membership(room, connection_id, user_id=user_id, shard=shard, session_id=session_id)
     ddb.put_item(TableName=table, Item=item)
     return {name: item[name] for name in ("pk", "sk")}
 
 
-def membership(room: str, connection_id: str, *, user_id: str, shard: int) -> dict[str, Any]:
-    """The registry item of one membership (AttributeValue form), expiring a little after API Gateway's cap."""
-    now = int(time.time())
-    return {
-        "pk": {"S": f"room#{room}#{shard}"},
-        "sk": {"S": f"conn#{connection_id}"},
-        "connectionId": {"S": connection_id},
-        "userId": {"S": user_id},
-        "joinedAt": {"N": str(now)},
-        "expiresAt": {"N": str(now + REGISTRY_TTL_SECONDS)},
-    }
+def membership(
+    room: str, connection_id: str, *, user_id: str, shard: int, session_id: str | None = None
+) -> dict[str, Any]:
+    """The registry item of one membership (AttributeValue form), expiring a little after API Gateway's cap: the
+    write path's convention (``cleanup.expiry.write_path.join_room``) and the user's id; without ``session_id``, a
+    membership that names no session."""
+    item = membership_item(
+        room,
+        connection_id,
+        session_id,
+        shard=shard,
+        joined_at=int(time.time()),
+        ttl_seconds=REGISTRY_TTL_SECONDS,
+        names=DEFAULT_NAMES,
+    )
+    return {**item, "userId": {"S": user_id}}
 
 
 def expire_by_ttl(table: str, key: dict[str, Any], region: str, account_id: str = DEFAULT_ACCOUNT_ID) -> None:
