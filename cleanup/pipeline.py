@@ -46,6 +46,7 @@ def run_batch(
     attempts: Mapping[str, int] | None = None,
     give_up: Callable[[Outcome], bool] | None = None,
     backlog: bool = True,
+    held: str | None = None,
 ) -> list[Outcome]:
     """Process a batch, dead-letter its permanent failures, and log and count every outcome.
 
@@ -57,9 +58,11 @@ def run_batch(
         give_up: for consumers that retry in place (``cleanup.inplace``): which failed records to dead-letter now,
             permanent or not. Without it (Lambda, whose own retries come later) every permanent failure, at once.
         backlog: whether transient failures go to BACKLOG_QUEUE_URL (when set); False for the backlog's own drain.
+        held: why nothing may be cleaned now (the kill switch's pause): every session record then fails, untouched,
+            and goes to the backlog with all its actions left; the others are skipped as always.
     """
     deadline = deadline or Deadline()
-    outcomes = process_batch(records, runtime, deadline)
+    outcomes = process_batch(records, runtime, deadline) if held is None else _held(records, runtime, held)
     due = None if give_up is None else {o.sequence_number for o in outcomes if o.failed and give_up(o)}
     # Reporting may use half the margin the deadline keeps before the invocation's end: the rest is for answering.
     reporting = deadline.extended(SAFETY_MARGIN_SECONDS / 2)
@@ -71,6 +74,21 @@ def run_batch(
     log_outcomes(outcomes)
     runtime.metrics.record_outcomes(outcomes)
     runtime.metrics.flush()
+    return outcomes
+
+
+def _held(records: Sequence[Incoming], runtime: Runtime, why: str) -> list[Outcome]:
+    """Outcomes of records that must not be cleaned now: a session's record fails (transient), with nothing done."""
+    outcomes = []
+    for record in records:
+        if isinstance(record, UnreadableRecord):
+            outcomes.append(process_record(record, runtime, Deadline()))
+            continue
+        decision = classify(record, runtime.settings)
+        if decision.session is None:
+            outcomes.append(_outcome(record, decision, Status.SKIPPED))
+        else:
+            outcomes.append(_outcome(record, decision, Status.FAILED, error=why))
     return outcomes
 
 

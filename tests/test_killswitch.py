@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from cleanup.aws.retry import Deadline
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode
 from cleanup.pipeline import run_batch
@@ -14,13 +16,15 @@ from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
 from schemas.records import read_lambda_event
 from tests.kcl_daemon import KinesisShard
-from tests.stack import SessionStack
+from tests.queues import on_queue
+from tests.stack import SessionStack, client
 from tests.test_kcl import daemon, deletes  # noqa: F401 (the KCL child fixture)
 from tests.test_poller import FakeTime, checkpoint, sequence_numbers
 from tests.test_sessions import add_expiry_index
 from tests.test_sweep import CapturedMetrics, session
 from tests.test_sweep import runtime as sweep_runtime
 from tests.waiting import wait_for
+from worker import backlog as backlog_handler
 from worker import lambda_handler
 from worker import sweep as sweep_entry
 from worker.cli import main as cli
@@ -125,6 +129,41 @@ def test_lambda_paused_frees_nothing_and_fails_the_batch_then_cleans_it_when_res
 
     assert answer == {"batchItemFailures": []}
     assert freed(stack, item)
+
+
+def test_lambda_paused_with_a_backlog_holds_every_session_there_untouched_and_the_drain_cleans_them_once_resumed(
+    stack: SessionStack, agent: LocalAgent
+) -> None:
+    item = stack.put_session("s1")
+    stack.delete("s1")
+    event = stack.lambda_event()
+    backlog = str(client("sqs").create_queue(QueueName=f"paused-{stack.table}")["QueueUrl"])
+    runtime = switched(stack, agent, backlog_queue_url=backlog)
+    agent.serve(flag(False))
+
+    with lambda_handler.warm.use(runtime):
+        answer = lambda_handler.handler(event, None)
+    messages = on_queue(backlog)
+    held = [json.loads(body) for body in messages]
+    with backlog_handler.warm.use(runtime):
+        still = backlog_handler.drain(as_sqs(messages), runtime, Deadline.after(30))
+        assert kept(stack, item)  # the drain, paused too, releases them
+        agent.serve(flag(True, "enforce"))
+        drained = backlog_handler.drain(as_sqs(messages), runtime, Deadline.after(30))
+
+    assert answer == {"batchItemFailures": []}  # the stream moves on: nothing is lost, no retry spent
+    assert [m["remaining"] for m in held] == [["connection", "grant", "scratch", "registry"]]
+    assert len(still["batchItemFailures"]) == 1
+    assert drained == {"batchItemFailures": []}
+    assert freed(stack, item)
+
+
+def as_sqs(bodies: list[str]) -> list[dict[str, Any]]:
+    """Queue messages as Lambda's SQS event source mapping hands them over."""
+    return [
+        {"messageId": f"m{n}", "receiptHandle": f"r{n}", "body": body, "attributes": {"ApproximateReceiveCount": "1"}}
+        for n, body in enumerate(bodies)
+    ]
 
 
 def test_lambda_dry_run_from_the_flag_frees_nothing(stack: SessionStack, agent: LocalAgent) -> None:

@@ -6,10 +6,12 @@ those accepted by the dead-letter queue, named by ``dynamodb.SequenceNumber`` (a
 ``kinesis.sequenceNumber`` (a Kinesis stream, whose ``data`` is decoded as the KCL processor decodes it). Lambda then
 resumes from the lowest reported sequence number, which cleanup tolerates because every action is idempotent.
 
-The kill switch is read at the start of every invocation. Paused, the handler raises ``PausedError`` before touching
-anything: the invocation fails, so the mapping delivers the whole batch again, whatever its FunctionResponseTypes say
-(a partial batch response naming every record would be taken for success by a mapping without
-ReportBatchItemFailures, and the records would be lost). How long records wait so: README, "The kill switch".
+The kill switch is read at the start of every invocation. Paused, nothing is touched. With a backlog
+(BACKLOG_QUEUE_URL), every session record goes to it with all its actions left, and waits there (14 days) until the
+drain, resumed, cleans it: the stream moves on and no retry is spent. Without one, the handler raises ``PausedError``:
+the invocation fails, so the mapping delivers the whole batch again, whatever its FunctionResponseTypes say (a partial
+batch response naming every record would be taken for success by a mapping without ReportBatchItemFailures, and the
+records would be lost). How long records wait so: README, "The kill switch".
 """
 
 from __future__ import annotations
@@ -43,12 +45,18 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     table = mapping_table(records)
     if table is not None:
         runtime = runtime.with_session_table(table)
+    deadline = Deadline.from_lambda_context(context)
     if runtime.refresh_mode() is Mode.PAUSED:
         runtime.metrics.count("PausedBatches")
+        if runtime.settings.backlog_queue_url:  # held durably (14 days), untouched, and drained once resumed
+            return batch_response(run_batch(records, runtime, deadline, held=PAUSED))
         runtime.metrics.flush()
         raise PausedError("cleanup is paused by the kill switch: the batch is left in the stream")
-    outcomes = run_batch(records, runtime, Deadline.from_lambda_context(context))
+    outcomes = run_batch(records, runtime, deadline)
     return batch_response(outcomes)
+
+
+PAUSED = "paused by the kill switch: nothing was done; the record waits in the backlog"
 
 
 def mapping_table(records: list[StreamRecord | UnreadableRecord]) -> str | None:
