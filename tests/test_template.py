@@ -141,8 +141,10 @@ def resolved(node: Any, **conditions: bool) -> Any:
 
 
 def statements(role: str, **conditions: bool) -> list[dict[str, Any]]:
+    """The statements of a role's inline policies, or of a policy resource (``AWS::IAM::Policy``)."""
+    properties = transformed()["Resources"][role]["Properties"]
     found = []
-    for policy in transformed()["Resources"][role]["Properties"]["Policies"]:
+    for policy in properties.get("Policies", [properties] if "PolicyDocument" in properties else []):
         found += resolved(policy["PolicyDocument"]["Statement"], **conditions)
     return found
 
@@ -525,26 +527,34 @@ def test_the_reconciler_role_grants_exactly_what_reconcile_calls() -> None:
 
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS
 
-    assert granted("ReconcilerRole") == needed
+    assert granted("ReconcilerPolicy") == needed
+
+
+def test_the_reconciler_runs_as_the_grants_retiring_principal() -> None:
+    # KMS lets only a grant's retiring principal retire it: the cleanup role, which grants name (README).
+    policy = source_template()["Resources"]["ReconcilerPolicy"]
+
+    assert function("worker.reconcile.handler")["Properties"]["Role"] == {"Fn::GetAtt": ["CleanupRole", "Arn"]}
+    assert (policy["Condition"], policy["Properties"]["Roles"]) == ("ReconcilerOn", [{"Ref": "CleanupRole"}])
 
 
 def test_the_reconciler_scans_and_prunes_the_registry_only_when_one_is_configured() -> None:
-    by_sid = {s["Sid"]: s for s in statements("ReconcilerRole")}
+    by_sid = {s["Sid"]: s for s in statements("ReconcilerPolicy")}
     variables = function("worker.reconcile.handler")["Properties"]["Environment"]["Variables"]
 
-    assert granted("ReconcilerRole") - granted("ReconcilerRole", HasRegistry=False) == {
+    assert granted("ReconcilerPolicy") - granted("ReconcilerPolicy", HasRegistry=False) == {
         "dynamodb:Scan",
         "dynamodb:BatchWriteItem",
     }
-    assert "ScanAndPruneRegistry" not in {s["Sid"] for s in statements("ReconcilerRole", HasRegistry=False)}
+    assert "ScanAndPruneRegistry" not in {s["Sid"] for s in statements("ReconcilerPolicy", HasRegistry=False)}
     assert by_sid["ScanAndPruneRegistry"]["Resource"]["Fn::Sub"].endswith(":table/${RegistryTableName}")
     assert resolved(variables["REGISTRY_TABLE"]) == {"Ref": "RegistryTableName"}
     assert resolved(variables["REGISTRY_TABLE"], HasRegistry=False) == NO_VALUE
 
 
 def test_the_reconciler_runs_daily_only_when_enabled_on_the_allowed_keys_and_under_the_root() -> None:
-    by_sid = {s["Sid"]: s for s in statements("ReconcilerRole", ReconcileOtherKeys=False)}
-    with_others = {s["Sid"]: s for s in statements("ReconcilerRole", ReconcileOtherKeys=True)}
+    by_sid = {s["Sid"]: s for s in statements("ReconcilerPolicy", ReconcileOtherKeys=False)}
+    with_others = {s["Sid"]: s for s in statements("ReconcilerPolicy", ReconcileOtherKeys=True)}
     [rule] = [rule for rule in resources("AWS::Events::Rule").values() if "ReconcilerFunction" in json.dumps(rule)]
 
     assert parameter("ReconcilerEnabled")["Default"] == "false"
