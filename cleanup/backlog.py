@@ -119,7 +119,10 @@ def only_remaining(raw: dict[str, Any], remaining: list[str], names: AttributeNa
         drop += [names.grant_id, names.kms_key_id]
     if scratch.ACTION in done:
         drop.append(names.scratch_prefix)
-    cut = copy.deepcopy(raw)
+    keys = raw["dynamodb"].get("Keys")
+    kept = set(keys) if isinstance(keys, dict) else set()  # a key attribute (ATTR_CONNECTION_ID=pk) stays: the
+    cut = copy.deepcopy(raw)  # record's Keys must still be its image's, and its action is done again, idempotently
     for name in drop:
-        cut["dynamodb"]["OldImage"].pop(name, None)
+        if name not in kept:
+            cut["dynamodb"]["OldImage"].pop(name, None)
     return cut

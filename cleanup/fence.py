@@ -183,6 +183,7 @@ class Fence:
         """After a failure or before a retry: the next destructive call reads again."""
         with self._lock:
             self._fresh = None
+            self._once.clear()  # a step launched beside another reads for itself too
 
 
 def incomparable_prefix(old_prefix: str, live_prefix: str | None) -> PermanentError:

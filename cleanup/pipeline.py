@@ -84,7 +84,11 @@ def _held(records: Sequence[Incoming], runtime: Runtime, why: str) -> list[Outco
         if isinstance(record, UnreadableRecord):
             outcomes.append(process_record(record, runtime, Deadline()))
             continue
-        decision = classify(record, runtime.settings)
+        try:
+            decision = classify(record, runtime.settings)
+        except CleanupError as exc:  # a record that cannot be read is dead-lettered, as when cleaning
+            outcomes.append(_failure(record, str(exc), permanent=isinstance(exc, PermanentError)))
+            continue
         if decision.session is None:
             outcomes.append(_outcome(record, decision, Status.SKIPPED))
         else:

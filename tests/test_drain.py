@@ -5,15 +5,18 @@ its message."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 from cleanup.aws.retry import Deadline
 from cleanup.backlog import backlog_body
+from cleanup.backlog_drain import Message, clean
 from cleanup.deadletter import stored_letter
-from schemas.outcomes import Outcome, Status
+from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, read_record
+from schemas.settings import AttributeNames
 from tests.queues import on_queue, send
 from tests.stack import SessionStack, client
 from worker import cli
@@ -102,3 +105,30 @@ def test_a_message_whose_record_cannot_be_cleaned_now_is_released_not_deleted(wo
     names: Any = ["ApproximateNumberOfMessagesNotVisible"]
     hidden = client("sqs").get_queue_attributes(QueueUrl=backlog, AttributeNames=names)["Attributes"]
     assert hidden["ApproximateNumberOfMessagesNotVisible"] == "1"  # released for a minute, not deleted
+
+
+def test_a_deferred_grant_of_a_table_keyed_by_its_connection_is_retired(stack: SessionStack) -> None:
+    # ATTR_CONNECTION_ID=pk (README, "Tables whose partition holds more than the session row"): the socket is closed,
+    # the grant deferred. Cutting the done connection out of the image would cut the key: it stays, and the drain
+    # retires the grant (closing the socket again answers "already closed").
+    grant = stack.kms.create_grant(
+        KeyId=stack.key_arn, GranteePrincipal="arn:aws:iam::123456789012:role/agent", Operations=["Decrypt"]
+    )["GrantId"]
+    stack.put_item({"pk": "conn#abc123", "sk": "metadata", "grantId": grant, "expires_at": int(time.time()) - 10})
+    stack.ddb.delete_item(TableName=stack.table, Key={"pk": {"S": "conn#abc123"}, "sk": {"S": "metadata"}})
+    [raw] = [r for r in stack.new_records() if r["eventName"] == "REMOVE"]
+    record = read_record(raw)
+    assert isinstance(record, StreamRecord)
+    done = ActionResult(action="connection", status=ActionStatus.DONE)
+    waiting = ActionResult(action="grant", status=ActionStatus.FAILED)
+    outcome = Outcome(sequence_number=record.sequence_number, status=Status.FAILED, actions=(done, waiting))
+    runtime = stack.runtime(
+        attributes=AttributeNames(connection_id="pk", ttl="expires_at"),
+        session_sort_key="metadata",
+        ws_callback_url=stack.aws.endpoint_url,
+    )
+
+    left = clean([Message("m1", backlog_body(outcome, record), "rh")], runtime, Deadline.after(30))
+
+    assert left == []
+    assert grant not in stack.grant_ids()

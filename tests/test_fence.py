@@ -238,3 +238,40 @@ def test_the_rule_holds_over_many_scripts(
 ) -> None:
     monkeypatch.setattr("cleanup.actions.scratch.PAGE", 2)
     check_the_rule(stack, drawn)
+
+
+@pytest.mark.parametrize(
+    ("service", "operation", "status", "body"),
+    [
+        ("kms", "RetireGrant", 400, b'{"__type": "ThrottlingException", "message": "slow down"}'),
+        ("s3", "DeleteObjects", 503, b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"),
+    ],
+)
+def test_botocore_does_not_send_a_freeing_call_again_on_the_read_that_allowed_the_first_attempt(
+    stack: SessionStack, service: str, operation: str, status: int, body: bytes
+) -> None:
+    # The default settings: botocore's standard retries are on (three attempts). The user is back while the first
+    # attempt is answered with a throttle: the call is tried again only after a fresh read, which keeps it.
+    old = stack.put_session("s1", objects=3)
+    stack.delete("s1")
+    runtime = stack.runtime()
+    sent: list[int] = []
+
+    def throttled_while_the_user_is_back(request: Any, **_: Any) -> AWSResponse | None:
+        sent.append(1)
+        if len(sent) > 1:
+            return None
+        stack.put_item(old)
+        headers = {"x-amzn-ErrorType": "ThrottlingException", "Content-Type": "application/x-amz-json-1.1"}
+        return AWSResponse(request.url, status, headers, RawBody(body))
+
+    client = runtime.clients.kms if service == "kms" else runtime.clients.s3
+    client.meta.events.register(f"before-send.{service}.{operation}", throttled_while_the_user_is_back)
+
+    outcome = clean(stack, runtime)
+
+    assert sent == [1]  # never sent again: the fresh read found the session back
+    assert old["grantId"] in stack.grant_ids()  # the grant goes after the scratch data: kept either way
+    if operation == "DeleteObjects":
+        assert len(stack.objects(old["scratchPrefix"])) == 3
+    assert outcome.status is Status.FAILED and not outcome.permanent  # tried again against the item as it is now

@@ -14,6 +14,7 @@ from cleanup.operations.killswitch import Mode
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
+from schemas.outcomes import Status
 from schemas.records import read_lambda_event
 from tests.kcl_daemon import KinesisShard
 from tests.queues import on_queue
@@ -300,3 +301,22 @@ def test_a_dry_run_logs_and_counts_planned_sessions_and_never_cleaned_ones(
     assert sink.values("SessionsCleaned") == []
     messages = [record.getMessage() for record in caplog.records]
     assert "record planned" in messages and "record cleaned" not in messages
+
+
+def test_a_record_that_cannot_be_read_in_a_paused_batch_fails_alone(stack: SessionStack) -> None:
+    stack.put_session("good", objects=1)
+    stack.put_session("bad", objects=1)
+    stack.delete("good")
+    stack.delete("bad")
+    event = stack.lambda_event()
+    for raw in event["Records"]:
+        if raw["eventName"] == "REMOVE" and raw["dynamodb"]["Keys"]["pk"]["S"] == "session#bad":
+            del raw["dynamodb"]["OldImage"]  # a KEYS_ONLY record, or a hand-made one
+
+    held = run_batch(read_lambda_event(event), stack.runtime(), held="paused")
+    outcomes = [o for o in held if o.event_name == "REMOVE"]
+
+    assert [(o.key.endswith("pk=session#good,sk=meta"), o.status, o.permanent) for o in outcomes] == [
+        (True, Status.FAILED, False),  # held for the backlog
+        (False, Status.FAILED, True),  # reported (dead-lettered with a queue), the batch goes on
+    ]

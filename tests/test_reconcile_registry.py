@@ -21,7 +21,7 @@ from worker.local.backend import create_registry_table
 
 HOUR = 3600
 ROOMS = 3
-LONG_AGO = time.time() - 2 * HOUR
+LONG_AGO = time.time() - 4 * HOUR  # past the grace and API Gateway's two-hour cap on a connection
 
 
 @pytest.fixture
@@ -177,3 +177,16 @@ def test_a_membership_of_a_session_id_outside_the_convention_is_not_written(env:
         join_room(env.ddb, registry_table(env), "r0", "conn-1", "a#b")
 
     assert members(env) == {}
+
+
+def test_a_membership_younger_than_a_connection_can_live_is_kept(
+    env: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Past the grace period, but not past API Gateway's two-hour cap and the grace: its connection may still be open.
+    session(env, "gone-recent", joined=time.time() - 2 * HOUR)
+    env.delete("gone-recent")
+
+    code, summary = run(capsys)
+
+    assert code == 0
+    assert summary["registry"]["young"] == ROOMS and summary["registry"]["freed"] == 0

@@ -25,6 +25,7 @@ time, what was deleted stays deleted and the record is reported transient, so th
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -196,7 +197,7 @@ def _delete(
         answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
         if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
             raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
-        pending = list(answer["UnprocessedItems"].get(table, []))
+        pending = _sent_again(answer["UnprocessedItems"], table, keys)
         if not pending:
             return
         pause = random.uniform(0, wait)  # full jitter, as DynamoDB advises for unprocessed items
@@ -208,6 +209,26 @@ def _delete(
     raise TransientError(
         f"BatchWriteItem: {len(pending)} memberships of {table!r} still unprocessed after {UNPROCESSED_TRIES} tries"
     )
+
+
+def _sent_again(unprocessed: Any, table: str, keys: list[Any]) -> list[WriteRequestTypeDef]:
+    """The deletions DynamoDB left unprocessed, to send again: only of the keys sent, only as deletions. An answer
+    naming anything else (another table, a put, a key not sent) is not DynamoDB's, and cannot tell what went."""
+    garbled = TransientError(f"BatchWriteItem: an UnprocessedItems for {table!r} naming what was not sent")
+    if not isinstance(unprocessed, dict) or set(unprocessed) - {table}:
+        raise garbled
+    sent = {_key_text(key): key for key in keys}
+    again: list[WriteRequestTypeDef] = []
+    for request in unprocessed.get(table) or []:
+        key = request.get("DeleteRequest", {}).get("Key") if isinstance(request, dict) else None
+        if set(request or {}) != {"DeleteRequest"} or _key_text(key) not in sent:
+            raise garbled
+        again.append({"DeleteRequest": {"Key": sent[_key_text(key)]}})
+    return again
+
+
+def _key_text(key: Any) -> str:
+    return json.dumps(key, sort_keys=True, default=str)
 
 
 def _out_of_time(deadline: Deadline, why: str, needed: float = 0.0) -> None:

@@ -44,14 +44,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+from botocore.exceptions import BotoCoreError, ConnectTimeoutError, ReadTimeoutError
 
-from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code
+from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code, translate
 from cleanup.aws.rate import Rate
 from cleanup.exceptions import CleanupError, OutOfTimeError, TransientError
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
+FREEING_OPERATIONS = frozenset({"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"})
+"""Calls that free a session's resource: each attempt needs a permit of its own (``cleanup.fence``), so botocore
+does not send them again."""
 BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
 CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a slow connect is retried (botocore)
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
@@ -223,10 +226,17 @@ class Pacer:
         retryable = (
             caught_exception is not None or throttled or is_transient_code(_error_code(response), _status(response))
         )
+        operation = kwargs["event_name"].rsplit(".", 1)[-1]
+        if retryable and operation in FREEING_OPERATIONS:
+            # Not sent again by botocore on the read that allowed it: the step is tried again (``call_with_retry``),
+            # and its next attempt reads the live item first (``cleanup.fence``).
+            if isinstance(caught_exception, BotoCoreError):  # as the call would say it (a host that does not
+                raise translate(caught_exception, operation) from caught_exception  # resolve is no passing trouble)
+            why = caught_exception or _error_code(response) or _status(response)
+            raise TransientError(f"{operation}: {why}; tried again after a fresh read of the live item")
         if retryable and scope.deadline is not None:
             backoff = min(2.0 ** (attempts - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + _retry_after(response)
             if scope.deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:
-                operation = kwargs["event_name"].rsplit(".", 1)[-1]
                 why = caught_exception or _error_code(response) or _status(response)
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
 

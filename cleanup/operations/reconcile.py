@@ -10,7 +10,8 @@ Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed
   RECONCILE_GRACE_SECONDS (the write path reads an item past its ttl as gone, and never revives it). The items are
   read with consistent BatchGetItem calls, 100 keys a call;
 * it is older than the grace period: a grant's CreationDate (a grant whose date ListGrants does not give is kept),
-  the newest object under a prefix, a membership's join time (one without is kept);
+  the newest object under a prefix, a membership's join time (one without is kept; a membership also waits out
+  API Gateway's two-hour cap on a connection);
 * the one rule (``cleanup.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
   before each BatchWriteItem of memberships, the item is read again and must still be not live (nor hold the
   membership's connection). A session re-created in between stops it: the resource is kept.
@@ -46,6 +47,9 @@ from schemas.outcomes import ActionStatus
 from schemas.session import Session
 from schemas.settings import CleanupMode
 
+CONNECTION_CAP_SECONDS = 7200
+"""API Gateway's longest WebSocket connection: a membership joined longer ago than that (and the grace period) has no
+open connection left to post to."""
 RESOURCES = (grant.ACTION, scratch.ACTION, registry.ACTION)
 
 
@@ -218,7 +222,10 @@ class _Run:
             created = leaks.newest(self.runtime.clients.s3, item.where, self.deadline)
             if created is None:
                 return Verdict.GONE
-        if created is None or self.now - created <= self.runtime.settings.reconcile_grace_seconds:
+        grace = self.runtime.settings.reconcile_grace_seconds
+        if item.resource == registry.ACTION:  # API Gateway ends a connection after two hours at most: an older
+            grace += CONNECTION_CAP_SECONDS  # membership's connection is closed, whichever session it names
+        if created is None or self.now - created <= grace:
             return Verdict.YOUNG
         return None
 
