@@ -9,6 +9,8 @@ its lease, a sweep's conditional delete) translate the rest the same way.
     CleanupError                      anything an action or the pipeline raises on purpose
     ├── TransientError                retry with backoff; report the record failed if retries run out
     │     │ (throttling, 5xx, timeouts, connection resets, S3 per-key InternalError/SlowDown)
+    │     ├── ThrottledError          the service refused the request for its rate: nothing was done; tried again
+    │     │                           within the deadline, more often than other transient errors
     │     ├── OutOfTimeError          the deadline leaves no time for the call (or its next try): nothing is lost,
     │     │                           the record is reported and cleaned on its next delivery
     │     ├── IteratorExpiredError    a shard iterator past its 15 minutes: open a new one where reading stopped
@@ -109,6 +111,10 @@ class BadRecordError(PermanentError):
 
 class SessionExistsError(PermanentError):
     """A session item already holds this key; overwriting it would leave its resources uncleaned."""
+
+
+class ThrottledError(TransientError):
+    """The service refused the request for its rate (a quota): nothing was done, and trying again later may pass."""
 
 
 class OutOfTimeError(TransientError):

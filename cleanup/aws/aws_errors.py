@@ -20,6 +20,7 @@ from cleanup.exceptions import (
     ConditionFailedError,
     IteratorExpiredError,
     PermanentError,
+    ThrottledError,
     TransientError,
     TrimmedDataError,
 )
@@ -106,6 +107,8 @@ def translate(exc: Exception, what: str) -> CleanupError:
             return AccessDeniedError(message)
         if _condition_failed(exc):
             return ConditionFailedError(message, exc.response.get("Item"))
+        if code in THROTTLING_CODES:
+            return ThrottledError(message)
         if is_transient_code(code, status):
             return TransientError(message)
         return PermanentError(message)

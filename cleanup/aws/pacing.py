@@ -48,7 +48,7 @@ from botocore.exceptions import BotoCoreError, ConnectTimeoutError, ReadTimeoutE
 
 from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code, translate
 from cleanup.aws.rate import Rate
-from cleanup.exceptions import CleanupError, OutOfTimeError, TransientError
+from cleanup.exceptions import CleanupError, OutOfTimeError, ThrottledError, TransientError
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
@@ -233,7 +233,8 @@ class Pacer:
             if isinstance(caught_exception, BotoCoreError):  # as the call would say it (a host that does not
                 raise translate(caught_exception, operation) from caught_exception  # resolve is no passing trouble)
             why = caught_exception or _error_code(response) or _status(response)
-            raise TransientError(f"{operation}: {why}; tried again after a fresh read of the live item")
+            error = ThrottledError if throttled else TransientError
+            raise error(f"{operation}: {why}; tried again after a fresh read of the live item")
         if retryable and scope.deadline is not None:
             backoff = min(2.0 ** (attempts - 1), BOTOCORE_MAX_BACKOFF_SECONDS) + _retry_after(response)
             if scope.deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:

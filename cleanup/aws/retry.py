@@ -11,12 +11,11 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     retry_if_not_exception_type,
-    stop_after_attempt,
     wait_random_exponential,
 )
 from tenacity.stop import stop_base
 
-from cleanup.exceptions import OutOfTimeError, TransientError
+from cleanup.exceptions import OutOfTimeError, ThrottledError, TransientError
 from schemas.settings import Settings
 
 T = TypeVar("T")
@@ -47,6 +46,24 @@ class Deadline:
 
     def remaining(self) -> float:
         return float("inf") if self.at is None else self.at - time.monotonic()
+
+
+THROTTLED_ATTEMPTS_FACTOR = 4
+"""A step refused for its rate is tried this many times as often as RETRY_ATTEMPTS allows for other transient
+errors (a throttled request did nothing, and the learnt rate spaces the next); the deadline bounds both."""
+
+
+class _Attempts(stop_base):
+    """Stop after ``limit`` failed tries, throttled ones counting a ``THROTTLED_ATTEMPTS_FACTOR``-th each."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit * THROTTLED_ATTEMPTS_FACTOR
+        self.spent = 0
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        failure = retry_state.outcome.exception() if retry_state.outcome is not None else None
+        self.spent += 1 if isinstance(failure, ThrottledError) else THROTTLED_ATTEMPTS_FACTOR
+        return self.spent >= self.limit
 
 
 class _OutOfTime(stop_base):
@@ -85,7 +102,7 @@ def call_with_retry(
     retrying = Retrying(
         # Out of time is transient for the record (its next delivery has time) but final for this call.
         retry=retry_if_exception_type(TransientError) & retry_if_not_exception_type(OutOfTimeError),
-        stop=stop_after_attempt(settings.retry_attempts) | _OutOfTime(deadline),
+        stop=_Attempts(settings.retry_attempts) | _OutOfTime(deadline),
         wait=wait_random_exponential(multiplier=0.05, max=settings.retry_max_wait_seconds),
         before_sleep=before_sleep,
         reraise=True,
