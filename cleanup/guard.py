@@ -24,7 +24,13 @@ from urllib.parse import unquote
 
 import botocore.loaders
 
-from cleanup.exceptions import MissingConfigError, RefusedEndpointError, RefusedKeyError, UnsafePrefixError
+from cleanup.exceptions import (
+    MissingConfigError,
+    RefusedConnectionError,
+    RefusedEndpointError,
+    RefusedKeyError,
+    UnsafePrefixError,
+)
 from schemas.settings import KMS_KEY_ARN, Settings
 
 
@@ -120,6 +126,33 @@ def grant_key(item_key: str | None, settings: Settings) -> str:
         f"kmsKeyId {shown!r} is neither KMS_KEY_ID nor in ALLOWED_KMS_KEY_IDS: the grant is kept; add the key to "
         "ALLOWED_KMS_KEY_IDS if its grants are the sessions', then redrive this record"
     )
+
+
+def connection_id(value: str, settings: Settings) -> str:
+    """The connection id in an item's connection attribute: the ``id`` group of CONNECTION_ID_PATTERN, or the whole
+    value when no pattern is set.
+
+    Raises:
+        RefusedConnectionError: the value does not match the pattern (it is never sent to DeleteConnection: API
+            Gateway would answer 410 for a wrong id, which reads as "already closed" and hides the mistake).
+    """
+    if settings.connection_id_pattern is None:
+        return value
+    match = _pattern(settings.connection_id_pattern).fullmatch(value)
+    found = match.group("id") if match else None
+    if not found:
+        shown = value if len(value) <= 200 else f"{value[:197]}..."
+        raise RefusedConnectionError(
+            f"connection attribute {shown!r} does not match CONNECTION_ID_PATTERN "
+            f"{settings.connection_id_pattern!r}: nothing was sent to DeleteConnection; fix the pattern (its group "
+            "'id' is the connection id) or ATTR_CONNECTION_ID, then redrive this record"
+        )
+    return found
+
+
+@cache
+def _pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
 
 
 def execute_api_region(url: str) -> str | None:

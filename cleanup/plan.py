@@ -11,7 +11,14 @@ from cleanup.aws.coalesce import DELETE
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
 from cleanup.fence import Fence, incomparable_prefix
-from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, grant_key, resolve_prefix
+from cleanup.guard import (
+    ScratchLocation,
+    callback_endpoint,
+    execute_api_region,
+    grant_key,
+    resolve_prefix,
+)
+from cleanup.guard import connection_id as connection_id_of
 from cleanup.race import Holding
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
@@ -55,21 +62,23 @@ def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | N
     return steps
 
 
-def _connection_step(session: Session, connection_id: str, runtime: Runtime, fence: Fence) -> Step:
-    detail = {"connectionId": connection_id}
+def _connection_step(session: Session, attribute: str, runtime: Runtime, fence: Fence) -> Step:
+    # The fence compares the live item's attribute with the old one (``attribute``); the call takes the id inside it.
+    detail = {"connectionId": attribute}
     try:
+        ident = connection_id_of(attribute, runtime.settings)
         endpoint = callback_endpoint(session.callback_url, runtime.settings)
     except PermanentError as exc:
-        return Step(connection.ACTION, connection_id, detail, refusal=exc)
+        return Step(connection.ACTION, attribute, detail, refusal=exc)
 
     region = execute_api_region(endpoint)  # an execute-api endpoint is signed for its own region
-    permit = fence.guard(connection.ACTION, connection_id)
+    permit = fence.guard(connection.ACTION, attribute)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
         management = runtime.clients.management(endpoint, region)
-        return connection.close_connection(management, connection_id, deadline, permit=permit), {}
+        return connection.close_connection(management, ident, deadline, permit=permit), {}
 
-    return Step(connection.ACTION, connection_id, {**detail, "endpoint": endpoint}, run=run)
+    return Step(connection.ACTION, attribute, {"connectionId": ident, "endpoint": endpoint}, run=run)
 
 
 def _grant_step(session: Session, grant_id: str, runtime: Runtime, fence: Fence) -> Step:
@@ -121,9 +130,13 @@ def _scratch_step(
     return Step(scratch.ACTION, scratch_prefix, detail, run=run, preview=preview, location=where)
 
 
-def _registry_step(connection_id: str, table: str, runtime: Runtime, fence: Fence) -> Step:
+def _registry_step(held: str, table: str, runtime: Runtime, fence: Fence) -> Step:
     index, attribute = runtime.settings.registry_connection_index, runtime.settings.attributes.registry_connection_id
-    permit = fence.guard(registry.ACTION, connection_id)
+    try:
+        connection_id = connection_id_of(held, runtime.settings)
+    except PermanentError as exc:
+        return Step(registry.ACTION, held, {"connectionId": held, "table": table}, refusal=exc)
+    permit = fence.guard(registry.ACTION, held)
 
     def where(deadline: Deadline) -> registry.Registry:
         return registry.Registry(table, index, attribute, runtime.table_keys(table, deadline))
@@ -143,7 +156,7 @@ def _registry_step(connection_id: str, table: str, runtime: Runtime, fence: Fenc
         return ActionStatus.PLANNED, _memberships(found)
 
     detail = {"connectionId": connection_id, "table": table, "index": index}
-    return Step(registry.ACTION, connection_id, detail, run=run, preview=preview)
+    return Step(registry.ACTION, held, detail, run=run, preview=preview)
 
 
 def _memberships(pruned: registry.Pruned) -> dict[str, Any]:

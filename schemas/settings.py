@@ -96,8 +96,13 @@ class Settings(BaseSettings):
     allowed_callback_urls: str = ""
     """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL and
     API Gateway's own ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`` (e.g. a custom domain)."""
+    connection_id_pattern: str | None = None
+    """CONNECTION_ID_PATTERN: a regular expression whose named group ``id`` is the connection id inside the item's
+    connection attribute (e.g. ``^conn#(?P<id>.+)$`` when ATTR_CONNECTION_ID=pk holds ``conn#<id>``); a value it
+    does not match fails its record (permanent) and is never sent to DeleteConnection. Unset: the attribute is the
+    id."""
     kms_key_id: str | None = None
-    """KMS_KEY_ID: the grants' key, used when the item has no kmsKeyId."""
+    """KMS_KEY_ID: the grants' key (its ARN), used when the item has no kmsKeyId."""
     allowed_kms_key_ids: str = ""
     """ALLOWED_KMS_KEY_IDS: comma-separated key ARNs an item's kmsKeyId may name besides KMS_KEY_ID; a grant on any
     other key is kept (RetireGrant is authorised by the grant, so IAM cannot limit the keys: this list does)."""
@@ -256,6 +261,27 @@ class Settings(BaseSettings):
             if overlap:
                 raise ValueError(f"{overlap}: {DEAD_LETTER_OVERLAP_FIX}")
         return prefix
+
+    @field_validator("connection_id_pattern")
+    @classmethod
+    def _pattern_names_the_id(cls, pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"CONNECTION_ID_PATTERN is not a regular expression ({exc}): {pattern!r}") from exc
+        if "id" not in compiled.groupindex:
+            raise ValueError(f"CONNECTION_ID_PATTERN needs a named group 'id', e.g. '^conn#(?P<id>.+)$': {pattern!r}")
+        return pattern
+
+    @field_validator("kms_key_id")
+    @classmethod
+    def _key_is_a_key_arn(cls, key: str | None) -> str | None:
+        # RetireGrant takes the key ARN: an alias would fail every retire at run time, after the grant's item is gone.
+        if key is not None and not KMS_KEY_ARN.fullmatch(key):
+            raise ValueError(f"KMS_KEY_ID must be the key's ARN (arn:aws:kms:<region>:<account>:key/<key-id>): {key!r}")
+        return key
 
     @field_validator("allowed_kms_key_ids")
     @classmethod
