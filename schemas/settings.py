@@ -212,8 +212,9 @@ class Settings(BaseSettings):
     health check fails and the poller no longer renews its lease. Unset: three LEASE_SECONDS."""
 
     # The sweeper.
-    expiry_index: str = "expiry-index"
-    """EXPIRY_INDEX: sparse GSI, partition key the expiry bucket, sort key ttl."""
+    expiry_index: str | None = None
+    """EXPIRY_INDEX: the sweeper's sparse GSI (partition key the expiry bucket, sort key ttl), which the project's
+    write-path helpers maintain; unset: no sweeper (``sweep`` refuses to start and says why)."""
     expiry_bucket_seconds: int = Field(default=3600, ge=60)
     """EXPIRY_BUCKET_SECONDS: width of one expiry bucket (the ttl rounded down to it)."""
     expiry_shards: int = Field(default=1, ge=1, le=100)

@@ -80,6 +80,7 @@ class SessionStack:
             "session_table": self.table,
             "metrics_destination": "off",
             "retry_max_wait_seconds": 0.05,
+            "expiry_index": "expiry-index",
         }
         values.update(overrides)
         return Settings(**values)

@@ -86,6 +86,7 @@ def invoke(artifact: Path, handler: str, event: dict[str, Any], stack: SessionSt
         "KMS_KEY_ID": stack.key_arn,
         "METRICS_DESTINATION": "off",
         "RETRY_MAX_WAIT_SECONDS": "0.05",
+        "EXPIRY_INDEX": "expiry-index",
     }
     command = [lambda_python(), "-I", "-S", "-c", CALL, str(artifact), handler]
     run = subprocess.run(command, input=json.dumps(event), env=env, capture_output=True, text=True, timeout=120)

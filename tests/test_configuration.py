@@ -155,6 +155,7 @@ def test_the_sweeper_lambda_fails_with_one_json_error_line_and_recovers_once_fix
     table = f"{stack.table}-indexed"
     create_session_table(stack.ddb, table, expiry_index="expiry-index")
     in_lambda.setenv("SESSION_TABLE", table)
+    in_lambda.setenv("EXPIRY_INDEX", "expiry-index")
     in_lambda.setenv("LOG_LEVEL", "loud")
 
     with pytest.raises(ConfigurationError):

@@ -199,8 +199,11 @@ def test_swept_sessions_are_cleaned_up_through_the_stream_with_reason_expired(in
     assert sink.values("SessionsCleaned", Reason="explicit") == []
 
 
-def test_the_command_sweeps_the_table_and_exits_zero(indexed: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_sweeps_the_table_and_exits_zero(
+    indexed: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     session(indexed, "old", expires_in=-30)
+    monkeypatch.setenv("EXPIRY_INDEX", "expiry-index")
 
     parser = argparse.ArgumentParser()
     sweep_entry.add_arguments(parser)

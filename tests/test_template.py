@@ -205,7 +205,7 @@ def test_the_example_table_has_what_the_worker_and_the_sweeper_read() -> None:
     assert props["TimeToLiveSpecification"] == {"AttributeName": names.ttl, "Enabled": True}
     assert [k["AttributeName"] for k in props["KeySchema"]] == [names.pk, names.sk]
     assert [k["AttributeName"] for k in index["KeySchema"]] == [names.expiry_bucket, names.ttl]
-    assert table["Parameters"]["ExpiryIndexName"]["Default"] == Settings().expiry_index
+    assert table["Parameters"]["ExpiryIndexName"]["Default"] == "expiry-index"
 
 
 def test_the_sam_transform_resolves_both_functions() -> None:
@@ -355,8 +355,14 @@ def test_the_sweeper_queries_only_the_expiry_index_every_minute() -> None:
     [rule] = [rule for rule in resources("AWS::Events::Rule").values() if "SweeperFunction" in json.dumps(rule)]
 
     assert query["Resource"]["Fn::Sub"].endswith(":table/${SessionTableName}/index/${ExpiryIndexName}")
-    assert parameter("ExpiryIndexName")["Default"] == Settings().expiry_index
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+
+
+def test_the_sweeper_is_off_unless_its_index_is_named() -> None:
+    on = source_template()["Conditions"]["SweeperOn"]
+
+    assert parameter("ExpiryIndexName")["Default"] == "" and Settings().expiry_index is None
+    assert {"Fn::Not": [{"Fn::Equals": [{"Ref": "ExpiryIndexName"}, ""]}]} in on["Fn::And"]
 
 
 def test_deletes_and_listings_are_confined_to_the_scratch_root() -> None:

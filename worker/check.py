@@ -61,6 +61,8 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         registry_table=args.registry_table or settings.registry_table,
         registry_index=args.registry_index or settings.registry_connection_index,
         registry_attribute=settings.attributes.registry_connection_id,
+        expiry_index=settings.expiry_index,
+        expiry_bucket_attribute=settings.attributes.expiry_bucket,
     )
 
 

@@ -119,6 +119,7 @@ class Demo:
                 "ws_callback_url": self.gateway.callback_url,
                 "session_table": self.table,
                 "registry_table": self.registry,
+                "expiry_index": "expiry-index",
                 "checkpoint_table": f"{self.table}-checkpoints",
                 "poll_interval_seconds": 0.05,
                 "metrics_destination": "off",

@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
+from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.classify import not_a_session_key
-from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError
+from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError, PermanentError
 from cleanup.expiry.write_path import expiry_buckets
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
@@ -102,12 +105,19 @@ def sweep(
     ``progress(done, total)`` is told of every expiry bucket read (a command's progress bar).
 
     Raises:
-        MissingConfigError: no table to sweep.
+        MissingConfigError: no table to sweep, no EXPIRY_INDEX, or the table has no such index (the first query to
+            find out stops the sweep: the others are cancelled or not reported).
     """
     settings = runtime.settings
     table = table or settings.session_table
     if not table:
         raise MissingConfigError("nothing to sweep: set SESSION_TABLE (or pass the table)")
+    if not settings.expiry_index:
+        raise MissingConfigError(
+            "the sweeper needs its expiry index: set EXPIRY_INDEX to the table's sparse index (partition key "
+            f"{settings.attributes.expiry_bucket!r}, sort key {settings.attributes.ttl!r}), which the write-path "
+            "helpers maintain (README: The sweeper); without one, expiry is left to DynamoDB TTL"
+        )
     now = int(time.time()) if now is None else now
     deadline = deadline or Deadline()
     buckets = expiry_buckets(
@@ -126,6 +136,10 @@ def sweep(
             progress(done, len(buckets))
         try:
             found = query.result()
+        except MissingConfigError:
+            for pending in queries:
+                pending.cancel()
+            raise
         except CleanupError as exc:
             report.failed_buckets += 1
             log.warning("sweep query failed", extra={"table": table, "bucket": queries[query], "error": str(exc)})
@@ -194,7 +208,26 @@ def _expired_in(
 
 
 def _query(runtime: Runtime, request: QueryInputTypeDef, deadline: Deadline) -> QueryOutputTypeDef:
-    return call(runtime.clients.dynamodb.query, "Query", deadline, **request)
+    try:
+        return call(runtime.clients.dynamodb.query, "Query", deadline, **request)
+    except PermanentError as exc:
+        if _no_index(exc):
+            table, index = request["TableName"], request.get("IndexName")
+            raise MissingConfigError(
+                f"table {table!r} has no index {index!r}: create the sweeper's sparse index (partition key "
+                f"{runtime.settings.attributes.expiry_bucket!r}, sort key {runtime.settings.attributes.ttl!r}; README: "
+                "The sweeper), or set EXPIRY_INDEX to its name"
+            ) from exc
+        raise
+
+
+def _no_index(exc: PermanentError) -> bool:
+    """Whether a Query failed for want of its index (DynamoDB: ValidationException; some emulators: not found)."""
+    cause = exc.__cause__
+    if not isinstance(cause, ClientError):
+        return False
+    code, message = error_code(cause), str(cause.response.get("Error", {}).get("Message", ""))
+    return code in ("ValidationException", "ResourceNotFoundException") and "index" in message.lower()
 
 
 def _is_session(item: dict[str, Any], runtime: Runtime) -> bool:

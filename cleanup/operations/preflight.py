@@ -38,6 +38,8 @@ class Target:
     registry_table: str | None = None
     registry_index: str = "byConnection"
     registry_attribute: str = "connectionId"
+    expiry_index: str | None = None
+    expiry_bucket_attribute: str = "expiryBucket"
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,29 @@ def check_registry(clients: Clients, target: Target) -> CheckResult | None:
     return CheckResult(name, True, detail)
 
 
+def check_expiry_index(clients: Clients, target: Target) -> CheckResult | None:
+    """The sweeper's sparse index exists on the session table, keyed on the expiry bucket and the ttl. Only said when
+    EXPIRY_INDEX is set (the sweeper runs only then)."""
+    if not target.expiry_index or not target.table:
+        return None
+    name = "sweeper's expiry index"
+    table = _describe_table(clients, target.table)
+    if table is None:
+        return CheckResult(name, False, f"{target.table} not found", "create it, or point SESSION_TABLE at it")
+    wanted = {"HASH": target.expiry_bucket_attribute, "RANGE": target.ttl_attribute}
+    create = (
+        f"add a global secondary index {target.expiry_index!r} with partition key {wanted['HASH']!r} (S) and sort "
+        f"key {wanted['RANGE']!r} (N), or set EXPIRY_INDEX to its name, or unset it (no sweeper)"
+    )
+    index = next((i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == target.expiry_index), None)
+    if index is None:
+        return CheckResult(name, False, f"{target.table} has no index {target.expiry_index!r}", create)
+    keys = {str(k["KeyType"]): str(k["AttributeName"]) for k in index["KeySchema"]}
+    if keys != wanted:
+        return CheckResult(name, False, f"index {target.expiry_index!r} is keyed on {keys}", create)
+    return CheckResult(name, True, f"{target.table}/{target.expiry_index}: {wanted['HASH']}, {wanted['RANGE']}")
+
+
 CHECKS: tuple[Check, ...] = (
     check_table,
     check_ttl,
@@ -254,6 +279,7 @@ CHECKS: tuple[Check, ...] = (
     check_callback,
     check_dead_letter_store,
     check_registry,
+    check_expiry_index,
 )
 
 
