@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Capture the stream named on the command line into ``args.out``."""
+    if not args.out.parent.is_dir():
+        folder = str(args.out.parent)
+        print(f"cleanup-worker capture: no folder {folder!r} to write {args.out.name} in", file=sys.stderr)
+        return ExitCode.USAGE
     settings = Settings.from_env()
     clients = Clients(settings)
     streams = clients.streams

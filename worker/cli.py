@@ -16,11 +16,12 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
+from botocore.exceptions import BotoCoreError, NoCredentialsError, NoRegionError, ProfileNotFound
 from pydantic import ValidationError
 
-from cleanup.exceptions import ConfigurationError
+from cleanup.exceptions import CleanupError, ConfigurationError, MissingConfigError
 from schemas.settings import configuration_problems
-from worker import floors
+from worker import cli_habits, floors
 from worker.exit_codes import ExitCode
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -55,7 +56,7 @@ def version() -> str:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line; only ``command``'s module is imported (all of them when it is None)."""
-    parser = argparse.ArgumentParser(
+    parser = cli_habits.OneLineParser(
         prog="cleanup-worker", description="Cleans up after expired sessions from a DynamoDB stream."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
@@ -65,6 +66,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command is None or name == command:
             module = importlib.import_module(module_name)
             module.add_arguments(sub)
+            cli_habits.decorate(name, sub)
             sub.set_defaults(handler=module.main)
     return parser
 
@@ -84,20 +86,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((arg for arg in argv if not arg.startswith("-")), None)
     command = command if command in COMMANDS else None
-    if command is not None and (problem := refusal(command)) is not None:
+    asks_help = "-h" in argv or "--help" in argv  # help needs no extra: the command's module imports it late
+    if command is not None and not asks_help and (problem := refusal(command)) is not None:
         print(f"cleanup-worker {command}: {problem}", file=sys.stderr)
         return ExitCode.USAGE
-    args = build_parser(command).parse_args(argv)
+    args, unknown = build_parser(command).parse_known_args(argv)
+    if unknown:
+        where = f"cleanup-worker {args.command}"
+        print(f"{where}: unrecognized arguments: {' '.join(unknown)} (see {where} --help)", file=sys.stderr)
+        return ExitCode.USAGE
+    with cli_habits.environment(args.command, args) as problem:
+        if problem is not None:
+            print(f"cleanup-worker {args.command}: {problem}", file=sys.stderr)
+            return ExitCode.USAGE
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args))
     except ValidationError as exc:  # the settings, read from the environment by the command
-        print(f"cleanup-worker {args.command}: {ConfigurationError(configuration_problems(exc))}", file=sys.stderr)
-        return ExitCode.USAGE
-    except ConfigurationError as exc:
-        print(f"cleanup-worker {args.command}: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        return _one_line(args, ConfigurationError(configuration_problems(exc)), ExitCode.USAGE)
+    except (ConfigurationError, MissingConfigError, NoRegionError, NoCredentialsError, ProfileNotFound) as exc:
+        return _one_line(args, exc, ExitCode.USAGE)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except (CleanupError, BotoCoreError, OSError) as exc:  # the command's own failures, not a bug: one line
+        return _one_line(args, exc, ExitCode.FAILED)
+
+
+def _one_line(args: argparse.Namespace, exc: BaseException, code: ExitCode) -> int:
+    if getattr(args, "verbose", False):
+        raise exc
+    print(f"cleanup-worker {args.command}: {' '.join(str(exc).split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -16,10 +16,13 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from botocore.exceptions import ClientError
+
+from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.backlog_drain import SQS_BATCH, Message, clean, release
-from cleanup.exceptions import CleanupError, MissingConfigError
+from cleanup.exceptions import CleanupError, MissingConfigError, TransientError
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
@@ -107,9 +110,15 @@ def _receive(runtime: Runtime, wait: int, visibility: int) -> list[Message]:
             VisibilityTimeout=visibility,
             MessageSystemAttributeNames=["ApproximateReceiveCount"],
         )
-    except CleanupError as exc:
+    except TransientError as exc:
         log.warning("backlog poll failed; polling again", extra={"error": str(exc)})
         return []
+    except CleanupError as exc:  # a queue that is not there, or not ours to read: polling again cannot help
+        if isinstance(exc.__cause__, ClientError) and "NonExistentQueue" in error_code(exc.__cause__):
+            raise MissingConfigError(
+                f"no such queue {runtime.settings.backlog_queue_url}: fix BACKLOG_QUEUE_URL or --queue-url"
+            ) from exc
+        raise
     return [Message.from_sqs(dict(message)) for message in answer.get("Messages", [])]
 
 

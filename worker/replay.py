@@ -80,6 +80,10 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
     except SourceFileError as exc:
         print(f"cleanup-worker replay: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    if not report.records:
+        names = ", ".join(str(name) for name in args.files)
+        print(f"cleanup-worker replay: no records in {names}: nothing to replay", file=sys.stderr)
+        return ExitCode.USAGE
     show.end(report)
     return ExitCode.FAILED if report.failures() else ExitCode.OK
 

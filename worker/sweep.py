@@ -47,7 +47,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--table", help="the session table (default: SESSION_TABLE)")
+    parser.add_argument("--table-name", help="the session table [SESSION_TABLE]")
+    parser.add_argument("--table", dest="old_table", help=argparse.SUPPRESS)  # the old spelling, for a release
     parser.add_argument(
         "--page-size", type=int, default=None, help="items per index Query page (default: DynamoDB's 1 MB pages)"
     )
@@ -55,7 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Sweep once; print the counts as one JSON line. Exit 1 if a query or delete failed, 2 if misconfigured."""
-    runner = Runtime.from_env(**({"session_table": args.table} if args.table else {}))
+    table = args.table_name or args.old_table
+    if args.old_table:
+        print("cleanup-worker sweep: --table is deprecated: use --table-name", file=sys.stderr)
+    runner = Runtime.from_env(**({"session_table": table} if table else {}))
     try:
         if runner.refresh_mode() is Mode.PAUSED:
             print(json.dumps(PAUSED))
