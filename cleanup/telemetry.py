@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
@@ -107,6 +108,48 @@ class MetricsSink:
                     sock.sendall(("\n".join(lines) + "\n").encode())
         except OSError as exc:  # metrics must never fail a cleanup
             log.warning("metrics agent unreachable", extra={"error": str(exc)})
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric the worker emits: its name, its dimension besides ``Service`` (if any), and what it means."""
+
+    name: str
+    dimension: str
+    meaning: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("SessionsCleaned", "Reason (ttl, expired, explicit)", "sessions whose resources are all freed"),
+    Metric("TtlLagSeconds", "", "TTL deletes: the record's time minus the item's ttl (how late DynamoDB TTL was)"),
+    Metric("RecordsSkipped", "", "INSERT, MODIFY, and REMOVEs of items that are not sessions"),
+    Metric("RecordsFailed", "", "records reported failed (to be retried)"),
+    Metric("RecordsDeadLettered", "", "records sent to the dead-letter queue"),
+    Metric("ActionFailures", "Action (connection, grant, scratch, registry)", "failed actions"),
+    Metric(
+        "Retries",
+        "Action",
+        "transient errors retried by the worker (botocore's own retries come first, except for the calls that free "
+        "something, which the worker retries after a fresh read)",
+    ),
+    Metric("RecordsRetried", "", "containers: records retried in place"),
+    Metric("RecordsStuck", "", "containers: records given up with no dead-letter queue to take them"),
+    Metric("RecordsLost", "", "containers: records trimmed from the stream before they were read"),
+    Metric("SessionsSwept", "", "the sweeper: expired sessions it deleted"),
+    Metric("SweepLagSeconds", "", "the sweeper: seconds between a swept session's ttl and its delete"),
+    Metric("SessionsNotSwept", "Verdict", "the sweeper: expired sessions it did not delete, by why"),
+    Metric("SweepQueryFailures", "", "the sweeper: expiry buckets whose query failed"),
+    Metric("SessionsPlanned", "Reason", "a dry run: sessions it would have cleaned (never counted as cleaned)"),
+    Metric("RecordsDeferred", "", "records sent to the backlog, with the actions they have left (a quota, or a pause)"),
+    Metric("ModeChanges", "Mode", "the kill switch: each change of mode a process takes"),
+    Metric("PausedBatches", "", "the kill switch: batches held while paused"),
+    Metric("ReconcileFreed", "Resource (grant, scratch, registry)", "reconcile: resources of gone sessions freed"),
+    Metric("ReconcileKept", "Resource", "reconcile: resources kept (a live session, the grace period, a refusal)"),
+    Metric("ReconcilePlanned", "Resource", "reconcile, dry run: resources it would free"),
+    Metric("ReconcileFailed", "Resource", "reconcile: frees that failed (the next run tries again)"),
+    Metric("ReconcileGone", "Resource", "reconcile: resources already gone when it came to free them"),
+)
+"""Every metric, in namespace METRICS_NAMESPACE with dimension ``Service``; the reference's table is made from it."""
 
 
 class Metrics:
