@@ -21,6 +21,9 @@ METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9/!_.'()-]+")
 # A KMS key's ARN: the one spelling of a key that can be compared as a string (RetireGrant takes no alias either).
 KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+")
+# A session's grant is created before its item is written: reconcile must not take a session being created (grant,
+# no item yet) for a gone one. A create takes seconds, a minute or two with retries; the floor is well above that.
+RECONCILE_GRACE_FLOOR_SECONDS = 900
 
 
 class CleanupMode(StrEnum):
@@ -221,9 +224,11 @@ class Settings(BaseSettings):
     """SWEEP_MAX_BACKLOG: no deletes while BACKLOG_QUEUE_URL holds more messages than this; unset: no such check."""
 
     # Reconcile (``cleanup-worker reconcile``: what the stream path missed).
-    reconcile_grace_seconds: int = Field(default=3600, ge=0)
+    reconcile_grace_seconds: int = 3600
     """RECONCILE_GRACE_SECONDS: a grant or scratch prefix younger than this, or of a session past its ttl by less,
-    is never freed by reconcile (a session being set up, a record still on its way through the stream)."""
+    is never freed by reconcile (a session being set up, a record still on its way through the stream). At least
+    RECONCILE_GRACE_FLOOR_SECONDS: it is what keeps the grant of a session being created, whose item is not written
+    yet."""
     reconcile_scratch: bool = False
     """RECONCILE_SCRATCH: reconcile also lists and frees scratch prefixes. Off by default: read at the wrong depth
     (SCRATCH_TENANT_SCOPED not the real layout), a tenant's folder would be taken for a session's; the bucket's
@@ -256,6 +261,16 @@ class Settings(BaseSettings):
             if overlap:
                 raise ValueError(f"{overlap}: {DEAD_LETTER_OVERLAP_FIX}")
         return prefix
+
+    @field_validator("reconcile_grace_seconds")
+    @classmethod
+    def _grace_is_above_a_create(cls, grace: int) -> int:
+        if grace < RECONCILE_GRACE_FLOOR_SECONDS:
+            raise ValueError(
+                f"RECONCILE_GRACE_SECONDS must be at least {RECONCILE_GRACE_FLOOR_SECONDS} (got {grace}): a session's "
+                "grant exists before its item, and the grace is what keeps the grant of a session being created"
+            )
+        return grace
 
     @field_validator("allowed_kms_key_ids")
     @classmethod

@@ -106,8 +106,8 @@ def reconcile(
     ``progress(n)`` is told of every ``n`` resources decided (a command's progress bar).
 
     Raises:
-        MissingConfigError: SESSION_TABLE, KMS_KEY_ID or SCRATCH_BUCKET is missing, or the table's key is not the
-            convention's.
+        MissingConfigError: SESSION_TABLE, KMS_KEY_ID or SCRATCH_BUCKET is missing, or the table's key is not one
+            reconcile can spell from a session id (``leaks.check_shape``).
         TransientError / PermanentError: a listing of grants or prefixes failed (nothing was freed). A failed
             registry scan is reported in ``stopped`` instead: memberships may have been freed before it.
     """
@@ -118,6 +118,7 @@ def reconcile(
     deadline = deadline or Deadline()
     now = time.time() if now is None else now
     key_names = runtime.table_keys(table, deadline)
+    leaks.check_shape(settings, key_names)  # before anything is listed: a shape it cannot read frees live grants
     found = [
         *leaks.grants(runtime.clients.kms, leaks.allowed_keys(settings), deadline),
         *(leaks.prefixes(runtime.clients.s3, settings, deadline) if settings.reconcile_scratch else ()),
