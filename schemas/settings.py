@@ -21,6 +21,8 @@ METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9/!_.'()-]+")
 # A KMS key's ARN: the one spelling of a key that can be compared as a string (RetireGrant takes no alias either).
 KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+")
+# An AWS region's name (us-east-1, eu-central-2, us-gov-west-1, cn-north-1).
+REGION_NAME = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
 # A session's grant is created before its item is written: reconcile must not take a session being created (grant,
 # no item yet) for a gone one. A create takes seconds, a minute or two with retries; the floor is well above that.
 RECONCILE_GRACE_FLOOR_SECONDS = 900
@@ -62,6 +64,9 @@ class AttributeNames(BaseSettings):
     kms_key_id: str = "kmsKeyId"
     callback_url: str = "callbackUrl"
     expiry_bucket: str = "expiryBucket"
+    home_region: str | None = None
+    """ATTR_HOME_REGION: with GLOBAL_TABLE, an attribute where the application declares the region a session lives
+    in (e.g. ``homeRegion``); unset: the region is told by the item's resources alone."""
     registry_connection_id: str = "connectionId"
     """ATTR_REGISTRY_CONNECTION_ID: the registry items' connection id, the key of REGISTRY_CONNECTION_INDEX."""
     registry_session_id: str = "sessionId"
@@ -113,6 +118,13 @@ class Settings(BaseSettings):
     """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
     partition holds other rows besides the session's."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
+    global_table: bool = False
+    """GLOBAL_TABLE: SESSION_TABLE is a global table with a worker in each of its regions: a session is cleaned only
+    by the region its item names (execute-api callbackUrl, kmsKeyId ARN, ATTR_HOME_REGION; ``cleanup.region``), and
+    skipped elsewhere (``SessionsElsewhere``)."""
+    scratch_bucket_region: str | None = None
+    """SCRATCH_BUCKET_REGION: the region of SCRATCH_BUCKET, required with GLOBAL_TABLE (declared: read by no call). A
+    session of this region whose bucket is in another is not cleaned (the bucket is shared between regions)."""
     registry_table: str | None = None
     """REGISTRY_TABLE: the connection registry (one item per room membership of a connection); unset: memberships
     are left to their own TTL."""
@@ -314,6 +326,21 @@ class Settings(BaseSettings):
         """The switch's (application, environment, profile), or None when the environment alone decides."""
         app, env, profile = self.appconfig_application, self.appconfig_environment, self.appconfig_profile
         return (app, env, profile) if app and env and profile else None
+
+    @field_validator("scratch_bucket_region")
+    @classmethod
+    def _bucket_region_is_a_region(cls, region: str | None) -> str | None:
+        if region is not None and not REGION_NAME.fullmatch(region):
+            raise ValueError(f"SCRATCH_BUCKET_REGION must be a region's name (e.g. us-east-1): {region!r}")
+        return region
+
+    @model_validator(mode="after")
+    def _regions_are_known(self) -> Settings:
+        if self.global_table and self.scratch_bucket and self.scratch_bucket_region is None:
+            raise ValueError("GLOBAL_TABLE needs SCRATCH_BUCKET_REGION: the region of SCRATCH_BUCKET")
+        if self.attributes.home_region is not None and not self.global_table:
+            raise ValueError("ATTR_HOME_REGION is read only with GLOBAL_TABLE=true: set both, or neither")
+        return self
 
     @model_validator(mode="after")
     def _switch_is_whole(self) -> Settings:
