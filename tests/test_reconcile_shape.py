@@ -133,3 +133,37 @@ def test_a_sort_key_setting_on_a_table_without_a_sort_key_is_refused(
     assert code == 2
     assert live in env.grant_ids()
     assert len(err) == 1 and "SESSION_SORT_KEY" in err[0]
+
+
+def test_a_session_written_with_the_deployments_key_prefix_keeps_its_grant(
+    env: SessionStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SESSION_KEY_PREFIX", "SESSION#")
+    live = grant(env, "live-1")
+    create_session(
+        env.ddb, env.table, "live-1", tenant_id="t1", scratch_prefix="sessions/t1/live-1/", grant_id=live,
+        ttl_seconds=HOUR, key_prefix="SESSION#",
+    )  # fmt: skip
+
+    code, summary, _ = run(capsys)
+
+    assert code == 0
+    assert live in env.grant_ids()
+    assert summary is not None and summary["grant"]["live"] == 1
+
+
+def test_the_write_path_serves_a_table_without_a_sort_key(env: SessionStack) -> None:
+    table = f"{env.table}-pk-only"
+    env.ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+    create_session(
+        env.ddb, table, "s-1", tenant_id="t1", scratch_prefix="sessions/t1/s-1/", ttl_seconds=HOUR, sort_key=None
+    )
+
+    assert touch_session(env.ddb, table, "s-1", ttl_seconds=2 * HOUR, sort_key=None)
+    assert live_session(env.ddb, table, "s-1", sort_key=None) is not None
