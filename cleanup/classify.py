@@ -81,9 +81,10 @@ def classify(record: StreamRecord, settings: Settings, here: str | None = None) 
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(str(exc)) from exc
     _check_keys(record, record.old_image)
-    owner = home(session, record.old_image, settings, here) if here is not None else here
-    if owner != here:
-        return Decision(key, skip_reason=f"another region's session: {owner} owns it, not {here}", elsewhere=owner)
+    if here is not None:
+        owner = home(session, record.old_image, settings, here)
+        if owner != here:
+            return Decision(key, skip_reason=f"another region's session: {owner} owns it, not {here}", elsewhere=owner)
     reason, lag = _reason(record, session)
     return Decision(key, session=session, reason=reason, ttl_lag_seconds=lag)
 

@@ -11,13 +11,19 @@ Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed
   read with consistent BatchGetItem calls, 100 keys a call;
 * it is older than the grace period: a grant's CreationDate (a grant whose date ListGrants does not give is kept),
   the newest object under a prefix, a membership's join time (one without is kept; a membership also waits out
-  API Gateway's two-hour cap on a connection);
+  API Gateway's two-hour cap on a connection). A session's grant is created before its item is written, so the
+  grace is what keeps the grant of a session being created: the settings refuse one below
+  RECONCILE_GRACE_FLOOR_SECONDS;
 * the one rule (``cleanup.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
   before each BatchWriteItem of memberships, the item is read again and must still be not live (nor hold the
   membership's connection). A session re-created in between stops it: the resource is kept.
 
 A page's memberships to free are grouped by (session, connection): one fence per group, read again before each of
 its BatchWriteItem calls (25 memberships each). Each membership is counted on its own.
+
+The session's item is found by spelling its key from the session id in the deployment's shape
+(``leaks.session_key``); a table whose key cannot be spelled so is refused before anything is listed
+(``leaks.check_shape``), since under the wrong key every live session would look gone.
 
 Resources that follow no convention are never touched, only counted. With CLEANUP_MODE=dry-run (or the kill switch
 turned to a dry run) nothing is freed: the plan is reported. The fence always reads here, whatever RACE_CHECK says:
