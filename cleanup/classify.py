@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleanup.exceptions import BadRecordError
+from cleanup.region import home
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.outcomes import Reason
 from schemas.records import Source, StreamRecord
@@ -35,6 +36,8 @@ class Decision:
     reason: Reason | None = None
     skip_reason: str | None = None
     ttl_lag_seconds: float | None = None
+    elsewhere: str | None = None
+    """GLOBAL_TABLE: the region that owns the session, when it is not this one (the record is skipped)."""
 
 
 def item_key(record: StreamRecord) -> str:
@@ -50,11 +53,14 @@ def _key_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def classify(record: StreamRecord, settings: Settings) -> Decision:
+def classify(record: StreamRecord, settings: Settings, here: str | None = None) -> Decision:
     """Decide whether ``record`` is a deleted session to clean, and its reason.
 
+    ``here``: this worker's region with GLOBAL_TABLE (``cleanup.region``): a session another region owns is skipped.
+
     Raises:
-        BadRecordError: a REMOVE without OldImage, or an image that cannot be decoded.
+        BadRecordError: a REMOVE without OldImage, or an image that cannot be decoded; with ``here``, an item that
+            tells no region or several (``cleanup.region.home``).
     """
     key = item_key(record)
     if record.event_name != "REMOVE":
@@ -75,6 +81,10 @@ def classify(record: StreamRecord, settings: Settings) -> Decision:
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(str(exc)) from exc
     _check_keys(record, record.old_image)
+    if here is not None:
+        owner = home(session, record.old_image, settings, here)
+        if owner != here:
+            return Decision(key, skip_reason=f"another region's session: {owner} owns it, not {here}", elsewhere=owner)
     reason, lag = _reason(record, session)
     return Decision(key, session=session, reason=reason, ttl_lag_seconds=lag)
 

@@ -28,6 +28,7 @@ from cleanup.deadletter import dead_letter
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.fence import Fence, Reader, Reading
 from cleanup.plan import Step, execute, plan
+from cleanup.region import here
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
 from schemas.outcomes import ActionResult, Outcome, Status
@@ -162,8 +163,10 @@ def process_record(record: Incoming, runtime: Runtime, deadline: Deadline, calls
 
 
 def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls) -> Outcome:
-    decision = classify(record, runtime.settings)
+    decision = classify(record, runtime.settings, here(runtime))
     if decision.session is None:
+        if decision.elsewhere is not None:  # a worker per region of a global table: that region cleans it
+            runtime.metrics.count("SessionsElsewhere", "Region", decision.elsewhere)
         return _outcome(record, decision, Status.SKIPPED)
     fence = Fence(_reader(record, runtime, calls), runtime.settings.scratch_bucket or "")
     steps = plan(decision.session, runtime, fence, calls)

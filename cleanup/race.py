@@ -1,7 +1,9 @@
 """The reconnect race: a session deleted and then recreated under the same key must keep its live resources.
 
 Before acting, the worker reads the item that now has the deleted item's key (a consistent read, batched with the
-reads of the other records cleaned at the same moment: ``read_live_items``). Whatever the live item still holds is
+reads of the other records cleaned at the same moment: ``read_live_items``). The read goes to this region's table;
+on a global table it is strongly consistent only with the writes made in this region, which is why there a session
+is cleaned only in the region that owns it (``cleanup.region``, GLOBAL_TABLE). Whatever the live item still holds is
 left alone: the same connection (and its room memberships in the registry), the same grant, and scratch data whose
 location overlaps the old prefix at all.
 

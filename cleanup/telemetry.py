@@ -139,6 +139,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("SweepLagSeconds", "", "the sweeper: seconds between a swept session's ttl and its delete"),
     Metric("SessionsNotSwept", "Verdict", "the sweeper: expired sessions it did not delete, by why"),
     Metric("SweepQueryFailures", "", "the sweeper: expiry buckets whose query failed"),
+    Metric(
+        "SessionsElsewhere",
+        "Region",
+        "GLOBAL_TABLE: records of sessions another region owns, skipped here (that region's worker cleans them)",
+    ),
     Metric("SessionsPlanned", "Reason", "a dry run: sessions it would have cleaned (never counted as cleaned)"),
     Metric("RecordsDeferred", "", "records sent to the backlog, with the actions they have left (a quota, or a pause)"),
     Metric("ModeChanges", "Mode", "the kill switch: each change of mode a process takes"),

@@ -21,6 +21,11 @@ METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9/!_.'()-]+")
 # A KMS key's ARN: the one spelling of a key that can be compared as a string (RetireGrant takes no alias either).
 KMS_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+")
+# An AWS region's name (us-east-1, eu-central-2, us-gov-west-1, cn-north-1).
+REGION_NAME = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
+# A session's grant is created before its item is written: reconcile must not take a session being created (grant,
+# no item yet) for a gone one. A create takes seconds, a minute or two with retries; the floor is well above that.
+RECONCILE_GRACE_FLOOR_SECONDS = 900
 
 
 class CleanupMode(StrEnum):
@@ -69,6 +74,9 @@ class AttributeNames(BaseSettings):
     """ATTR_CALLBACK_URL: the session's management endpoint, when it is not WS_CALLBACK_URL."""
     expiry_bucket: str = "expiryBucket"
     """ATTR_EXPIRY_BUCKET: the sweeper's index partition key (the ttl rounded down to EXPIRY_BUCKET_SECONDS)."""
+    home_region: str | None = None
+    """ATTR_HOME_REGION: with GLOBAL_TABLE, an attribute where the application declares the region a session lives
+    in (e.g. ``homeRegion``); unset: the region is told by the item's resources alone."""
     registry_connection_id: str = "connectionId"
     """ATTR_REGISTRY_CONNECTION_ID: the registry items' connection id, the key of REGISTRY_CONNECTION_INDEX."""
     registry_session_id: str = "sessionId"
@@ -125,6 +133,13 @@ class Settings(BaseSettings):
     """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
     partition holds other rows besides the session's."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
+    global_table: bool = False
+    """GLOBAL_TABLE: SESSION_TABLE is a global table with a worker in each of its regions: a session is cleaned only
+    by the region its item names (execute-api callbackUrl, kmsKeyId ARN, ATTR_HOME_REGION; ``cleanup.region``), and
+    skipped elsewhere (``SessionsElsewhere``)."""
+    scratch_bucket_region: str | None = None
+    """SCRATCH_BUCKET_REGION: the region of SCRATCH_BUCKET, required with GLOBAL_TABLE (declared: read by no call). A
+    session of this region whose bucket is in another is not cleaned (the bucket is shared between regions)."""
     registry_table: str | None = None
     """REGISTRY_TABLE: the connection registry (one item per room membership of a connection); unset: memberships
     are left to their own TTL."""
@@ -237,9 +252,11 @@ class Settings(BaseSettings):
     """SWEEP_MAX_BACKLOG: no deletes while BACKLOG_QUEUE_URL holds more messages than this; unset: no such check."""
 
     # Reconcile (``cleanup-worker reconcile``: what the stream path missed).
-    reconcile_grace_seconds: int = Field(default=3600, ge=0)
+    reconcile_grace_seconds: int = 3600
     """RECONCILE_GRACE_SECONDS: a grant or scratch prefix younger than this, or of a session past its ttl by less,
-    is never freed by reconcile (a session being set up, a record still on its way through the stream)."""
+    is never freed by reconcile (a session being set up, a record still on its way through the stream). At least
+    RECONCILE_GRACE_FLOOR_SECONDS: it is what keeps the grant of a session being created, whose item is not written
+    yet."""
     reconcile_scratch: bool = False
     """RECONCILE_SCRATCH: reconcile also lists and frees scratch prefixes. Off by default: read at the wrong depth
     (SCRATCH_TENANT_SCOPED not the real layout), a tenant's folder would be taken for a session's; the bucket's
@@ -294,6 +311,16 @@ class Settings(BaseSettings):
             raise ValueError(f"KMS_KEY_ID must be the key's ARN (arn:aws:kms:<region>:<account>:key/<key-id>): {key!r}")
         return key
 
+    @field_validator("reconcile_grace_seconds")
+    @classmethod
+    def _grace_is_above_a_create(cls, grace: int) -> int:
+        if grace < RECONCILE_GRACE_FLOOR_SECONDS:
+            raise ValueError(
+                f"RECONCILE_GRACE_SECONDS must be at least {RECONCILE_GRACE_FLOOR_SECONDS} (got {grace}): a session's "
+                "grant exists before its item, and the grace is what keeps the grant of a session being created"
+            )
+        return grace
+
     @field_validator("allowed_kms_key_ids")
     @classmethod
     def _allowed_keys_are_key_arns(cls, keys: str) -> str:
@@ -336,6 +363,21 @@ class Settings(BaseSettings):
         """The switch's (application, environment, profile), or None when the environment alone decides."""
         app, env, profile = self.appconfig_application, self.appconfig_environment, self.appconfig_profile
         return (app, env, profile) if app and env and profile else None
+
+    @field_validator("scratch_bucket_region")
+    @classmethod
+    def _bucket_region_is_a_region(cls, region: str | None) -> str | None:
+        if region is not None and not REGION_NAME.fullmatch(region):
+            raise ValueError(f"SCRATCH_BUCKET_REGION must be a region's name (e.g. us-east-1): {region!r}")
+        return region
+
+    @model_validator(mode="after")
+    def _regions_are_known(self) -> Settings:
+        if self.global_table and self.scratch_bucket and self.scratch_bucket_region is None:
+            raise ValueError("GLOBAL_TABLE needs SCRATCH_BUCKET_REGION: the region of SCRATCH_BUCKET")
+        if self.attributes.home_region is not None and not self.global_table:
+            raise ValueError("ATTR_HOME_REGION is read only with GLOBAL_TABLE=true: set both, or neither")
+        return self
 
     @model_validator(mode="after")
     def _switch_is_whole(self) -> Settings:

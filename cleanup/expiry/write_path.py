@@ -18,7 +18,9 @@ The session's KMS grant is created by ``create_session_grant``, named ``session:
 name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. A session
 id that follows the convention is 1 to 128 letters, digits, ``_`` or ``-`` (``SESSION_ID``), its item's key is
 ``pk = session#<id>`` (or SESSION_KEY_PREFIX + id) and, in a table with a sort key, ``sk = meta`` (or
-SESSION_SORT_KEY), and its scratch prefix is ``<root><id>/`` (``<root><tenant>/<id>/`` when tenant-scoped): see
+SESSION_SORT_KEY: every helper takes ``key_prefix`` and ``sort_key``, None for a table without a sort key; pass the
+deployment's, or reconcile looks for the item under another key), and its scratch prefix is ``<root><id>/``
+(``<root><tenant>/<id>/`` when tenant-scoped): see
 ``cleanup.expiry.convention``. ``join_room`` writes a connection's room membership in the connection registry with
 the session's id and its join time, by which reconcile finds the memberships of a session that is gone.
 """
@@ -45,9 +47,21 @@ DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].def
 MEMBERSHIP_TTL_SECONDS = 2 * 3600 + 600  # API Gateway's two-hour cap on a connection, and a margin
 
 
-def session_key(session_id: str, names: AttributeNames = DEFAULT_NAMES, key_prefix: str = KEY_PREFIX) -> dict[str, Any]:
-    """The item key of a session, as AttributeValues (``pk = session#<id>``, ``sk = meta``)."""
-    return {names.pk: {"S": f"{key_prefix}{session_id}"}, names.sk: {"S": SORT_KEY}}
+def session_key(
+    session_id: str,
+    names: AttributeNames = DEFAULT_NAMES,
+    key_prefix: str = KEY_PREFIX,
+    sort_key: str | None = SORT_KEY,
+) -> dict[str, Any]:
+    """The item key of a session, as AttributeValues (``pk = session#<id>``, ``sk = meta``).
+
+    ``sort_key``: the session row's sort key (SESSION_SORT_KEY where the deployment sets it); None for a table
+    without a sort key.
+    """
+    key = {names.pk: {"S": f"{key_prefix}{session_id}"}}
+    if sort_key is not None:
+        key[names.sk] = {"S": sort_key}
+    return key
 
 
 def create_session_grant(
@@ -153,6 +167,7 @@ def create_session(
     bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
     shards: int = 1,
     key_prefix: str = KEY_PREFIX,
+    sort_key: str | None = SORT_KEY,
     now: float | None = None,
 ) -> dict[str, Any]:
     """Put a new session item expiring ``ttl_seconds`` from now, with its expiry bucket.
@@ -172,7 +187,7 @@ def create_session(
         names.callback_url: callback_url,
     }
     item: dict[str, Any] = {
-        **{name: value["S"] for name, value in session_key(session_id, names, key_prefix).items()},
+        **{name: value["S"] for name, value in session_key(session_id, names, key_prefix, sort_key).items()},
         names.tenant_id: tenant_id,
         names.scratch_prefix: scratch_prefix,
         names.ttl: ttl,
@@ -204,6 +219,7 @@ def touch_session(
     bucket_seconds: int = DEFAULT_BUCKET_SECONDS,
     shards: int = 1,
     key_prefix: str = KEY_PREFIX,
+    sort_key: str | None = SORT_KEY,
     now: float | None = None,
 ) -> bool:
     """Push a live session's expiry to ``ttl_seconds`` from now (ttl and bucket in one conditional update).
@@ -225,7 +241,7 @@ def touch_session(
             "UpdateItem",
             None,
             TableName=table,
-            Key=session_key(session_id, names, key_prefix),
+            Key=session_key(session_id, names, key_prefix, sort_key),
             UpdateExpression="SET #ttl = :ttl, #bucket = :bucket",
             # An expired item TTL has not deleted yet is not live: pushing its ttl would revive it.
             ConditionExpression="attribute_exists(#pk) AND #ttl > :now",
@@ -248,6 +264,7 @@ def live_session(
     *,
     names: AttributeNames = DEFAULT_NAMES,
     key_prefix: str = KEY_PREFIX,
+    sort_key: str | None = SORT_KEY,
     now: float | None = None,
 ) -> dict[str, Any] | None:
     """The session's item if it is live: present and its ``ttl`` (a number) still ahead; a consistent read.
@@ -261,7 +278,7 @@ def live_session(
     Raises:
         TransientError / PermanentError: the read failed.
     """
-    key = session_key(session_id, names, key_prefix)
+    key = session_key(session_id, names, key_prefix, sort_key)
     answer = call(ddb.get_item, "GetItem", None, TableName=table, Key=key, ConsistentRead=True)
     item = answer.get("Item")
     if item is None or not _before_ttl(item.get(names.ttl), _now(now)):
@@ -286,6 +303,7 @@ def end_session(
     *,
     names: AttributeNames = DEFAULT_NAMES,
     key_prefix: str = KEY_PREFIX,
+    sort_key: str | None = SORT_KEY,
 ) -> bool:
     """Delete a session now (logout, admin purge); the stream's REMOVE cleans it up with reason ``explicit``.
 
@@ -295,7 +313,7 @@ def end_session(
     Raises:
         TransientError / PermanentError: the delete failed.
     """
-    key = session_key(session_id, names, key_prefix)
+    key = session_key(session_id, names, key_prefix, sort_key)
     response = call(ddb.delete_item, "DeleteItem", None, TableName=table, Key=key, ReturnValues="ALL_OLD")
     return bool(response.get("Attributes"))
 

@@ -12,7 +12,9 @@ to its session by the write path's convention (``cleanup.expiry.write_path``).
   and it is its connection's (``registry.own_key``: the connection-id attribute is set and the key names it); any
   other is only counted.
 * **The session's key.** ``pk = <SESSION_KEY_PREFIX or "session#"><session-id>`` and, when the session table has a
-  sort key, ``sk = <SESSION_SORT_KEY or "meta">``: the keys ``create_session`` writes.
+  sort key, ``sk = <SESSION_SORT_KEY or "meta">``: the keys ``create_session`` writes. A table keyed any other way
+  (``check_shape``: other key attributes, SESSION_SORT_KEY without a sort key, an ATTR_* naming a key attribute, as
+  a table keyed by its connection id does) is refused before anything is listed.
 
 Every listing must name its bucket, as on the stream path: an answer that does not cannot say what is there.
 """
@@ -216,11 +218,16 @@ def _number(text: object) -> float | None:
     return number if number is not None and math.isfinite(number) else None  # NaN would compare as old
 
 
-def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...]) -> dict[str, Any]:
-    """The session item's key (client form) for ``session_id``, on a table keyed by ``key_names``.
+def check_shape(settings: Settings, key_names: tuple[str, ...]) -> None:
+    """Refuse a session table whose key reconcile cannot spell from a session id: its key must be ATTR_PK (and
+    ATTR_SK), holding ``<SESSION_KEY_PREFIX or "session#"><session-id>`` (and SESSION_SORT_KEY or ``meta``).
+
+    Read with another shape, no item would ever be found under the key reconcile asks for, and every grant would be
+    taken for a gone session's.
 
     Raises:
-        MissingConfigError: the table's key attributes are not ATTR_PK (and ATTR_SK): the convention cannot apply.
+        MissingConfigError: the table is keyed otherwise, SESSION_SORT_KEY is set on a table without a sort key, or
+            an ATTR_* setting says the key holds something else than the session id (one line, naming the setting).
     """
     names = settings.attributes
     if key_names not in ((names.pk,), (names.pk, names.sk)):
@@ -228,6 +235,27 @@ def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...])
             f"the session table is keyed by {', '.join(key_names)}, not ATTR_PK {names.pk!r} (and ATTR_SK "
             f"{names.sk!r}): reconcile cannot find a session's item"
         )
+    if settings.session_sort_key is not None and len(key_names) == 1:
+        raise MissingConfigError(
+            f"SESSION_SORT_KEY is {settings.session_sort_key!r} but the session table has no sort key: reconcile "
+            "cannot tell which item is a session's"
+        )
+    for name, value in names.model_dump().items():
+        if name not in ("pk", "sk") and not name.startswith("registry_") and value in key_names:
+            raise MissingConfigError(
+                f"ATTR_{name.upper()} is {value!r}, a key of the session table: the key holds more than "
+                f"<SESSION_KEY_PREFIX><session-id>, so reconcile cannot find a session's item; it does not run"
+            )
+
+
+def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...]) -> dict[str, Any]:
+    """The session item's key (client form) for ``session_id``, on a table keyed by ``key_names``.
+
+    Raises:
+        MissingConfigError: the key's shape is not one reconcile can spell (``check_shape``).
+    """
+    check_shape(settings, key_names)
+    names = settings.attributes
     key = {names.pk: {"S": f"{settings.session_key_prefix or KEY_PREFIX}{session_id}"}}
     if len(key_names) == 2:
         key[names.sk] = {"S": settings.session_sort_key or SORT_KEY}

@@ -11,13 +11,19 @@ Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed
   read with consistent BatchGetItem calls, 100 keys a call;
 * it is older than the grace period: a grant's CreationDate (a grant whose date ListGrants does not give is kept),
   the newest object under a prefix, a membership's join time (one without is kept; a membership also waits out
-  API Gateway's two-hour cap on a connection);
+  API Gateway's two-hour cap on a connection). A session's grant is created before its item is written, so the
+  grace is what keeps the grant of a session being created: the settings refuse one below
+  RECONCILE_GRACE_FLOOR_SECONDS;
 * the one rule (``cleanup.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
   before each BatchWriteItem of memberships, the item is read again and must still be not live (nor hold the
   membership's connection). A session re-created in between stops it: the resource is kept.
 
 A page's memberships to free are grouped by (session, connection): one fence per group, read again before each of
 its BatchWriteItem calls (25 memberships each). Each membership is counted on its own.
+
+The session's item is found by spelling its key from the session id in the deployment's shape
+(``leaks.session_key``); a table whose key cannot be spelled so is refused before anything is listed
+(``leaks.check_shape``), since under the wrong key every live session would look gone.
 
 Resources that follow no convention are never touched, only counted. With CLEANUP_MODE=dry-run (or the kill switch
 turned to a dry run) nothing is freed: the plan is reported. The fence always reads here, whatever RACE_CHECK says:
@@ -106,8 +112,8 @@ def reconcile(
     ``progress(n)`` is told of every ``n`` resources decided (a command's progress bar).
 
     Raises:
-        MissingConfigError: SESSION_TABLE, KMS_KEY_ID or SCRATCH_BUCKET is missing, or the table's key is not the
-            convention's.
+        MissingConfigError: SESSION_TABLE, KMS_KEY_ID or SCRATCH_BUCKET is missing, or the table's key is not one
+            reconcile can spell from a session id (``leaks.check_shape``).
         TransientError / PermanentError: a listing of grants or prefixes failed (nothing was freed). A failed
             registry scan is reported in ``stopped`` instead: memberships may have been freed before it.
     """
@@ -118,6 +124,7 @@ def reconcile(
     deadline = deadline or Deadline()
     now = time.time() if now is None else now
     key_names = runtime.table_keys(table, deadline)
+    leaks.check_shape(settings, key_names)  # before anything is listed: a shape it cannot read frees live grants
     found = [
         *leaks.grants(runtime.clients.kms, leaks.allowed_keys(settings), deadline),
         *(leaks.prefixes(runtime.clients.s3, settings, deadline) if settings.reconcile_scratch else ()),
