@@ -467,7 +467,8 @@ def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
     queues = [{"Fn::GetAtt": [name, "Arn"]} for name in ("DeadLetterQueue", "OnFailureQueue")]
     role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
     function = {"Fn::GetAtt": ["CleanupFunction", "Arn"]}
-    allow, deny = policy["Properties"]["PolicyDocument"]["Statement"]
+    allow, deny, plain_http = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert plain_http["Sid"] == "NoPlainHttp"  # tests/test_template_least_privilege.py
 
     assert policy["Properties"]["Queues"] == [{"Ref": "DeadLetterQueue"}, {"Ref": "OnFailureQueue"}]
     assert set(resources("AWS::SQS::Queue")) == {

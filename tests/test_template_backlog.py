@@ -92,7 +92,8 @@ def test_only_the_cleanup_role_may_send_to_the_backlog_queues() -> None:
     policy = resources("AWS::SQS::QueuePolicy")["BacklogQueuesPolicy"]["Properties"]
     role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
     arns = [BACKLOG_ARN, {"Fn::GetAtt": ["BacklogDeadLetterQueue", "Arn"]}]
-    allow, deny = policy["PolicyDocument"]["Statement"]
+    allow, deny, plain_http = policy["PolicyDocument"]["Statement"]
+    assert plain_http["Sid"] == "NoPlainHttp"  # tests/test_template_least_privilege.py
 
     assert policy["Queues"] == [{"Ref": "BacklogQueue"}, {"Ref": "BacklogDeadLetterQueue"}]
     assert (allow["Effect"], allow["Principal"], allow["Action"], allow["Resource"]) == (
