@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from tests.test_template import (
     resources,
     source_functions,
     source_template,
+    statements,
 )
 
 # AWS's AppConfig extension layers, as AWS AppConfig's user guide lists them ("Available versions of the AWS
@@ -279,3 +281,41 @@ def test_the_drain_reads_a_stored_record_by_version_and_may_list_where_it_is() -
     )
     for statement in (reads, lists):
         assert source_functions(statement) == [arn("DrainFunction")]
+
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+POLICIES = ("CleanupRole", "CleanSessionsPolicy", "StreamPolicy", "DrainPolicy", "ReconcilerPolicy", "SweeperRole")
+FOR = {"CleanupFunction": "stream", "DrainFunction": "drain", "ReconcilerFunction": "reconciler"}
+
+
+def template_rows() -> set[tuple[str, str, str, frozenset[str]]]:
+    """(policy, Sid, for whom, actions) of every statement, whichever branch of a condition includes it."""
+    rows = set()
+    for policy in POLICIES:
+        for kinesis in (True, False):
+            for s in statements(
+                policy, KinesisSource=kinesis, HasRegistry=True, HasKillSwitch=True, AskVersioning=True
+            ):
+                functions = source_functions(s)
+                who = (
+                    "mapping"
+                    if for_mappings(s)
+                    else "all"
+                    if functions is None
+                    else ", ".join(FOR[f["Fn::GetAtt"][0]] for f in functions)
+                )
+                rows.add((policy, s["Sid"], who, frozenset(as_list(s["Action"]))))
+    return rows
+
+
+def readme_rows() -> set[tuple[str, str, str, frozenset[str]]]:
+    table = README.split("<!-- permissions:start -->")[1].split("<!-- permissions:end -->")[0]
+    rows = set()
+    for line in table.strip().splitlines()[2:]:
+        policy, sid, who, actions, _ = (cell.strip() for cell in line.strip("|").split("|"))
+        rows.add((policy.strip("`"), sid.strip("`"), who, frozenset(a.strip(" `") for a in actions.split(","))))
+    return rows
+
+
+def test_the_readmes_permissions_table_is_the_template_statement_by_statement() -> None:
+    assert readme_rows() == template_rows()
