@@ -16,6 +16,7 @@ import pytest
 from cleanup.aws.retry import Deadline
 from cleanup.backlog import backlog_body
 from cleanup.deadletter import stored_letter
+from cleanup.operations.reconcile import reconcile
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, configure_logging
 from schemas.outcomes import Outcome, Status
@@ -30,11 +31,12 @@ from tests.scenarios.helpers import (
     world,
 )
 from tests.stack import SessionStack, client
+from tests.test_reconcile import age, grant_dates, session
 from tests.test_template import attached, for_mappings, granted_to_code, source_functions
 from worker import backlog, lambda_handler
 from worker.local.backend import create_registry_table, join_room
 
-__all__ = ["world"]
+__all__ = ["grant_dates", "world"]
 
 pytestmark = pytest.mark.timeout(60)
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "template.yaml"
@@ -150,6 +152,8 @@ IAM_ACTIONS = {
     ("s3", "GetObject"): set(),  # s3:GetObject, or s3:GetObjectVersion when reading by VersionId
     ("s3", "HeadObject"): set(),  # the same
     ("sqs", "ChangeMessageVisibilityBatch"): {"sqs:ChangeMessageVisibility"},
+    ("kms", "ListGrants"): {"kms:ListGrants"},
+    ("dynamodb", "Scan"): {"dynamodb:Scan"},
 }
 
 
@@ -198,7 +202,7 @@ def s3_where(settings: Settings, bucket: str, key: str | None) -> str:
     """Which part of which bucket a request names: stored records, scratch data, or either bucket itself."""
     stored = bucket == settings.dead_letter_store
     if key is None:
-        return "stored-bucket" if stored else "scratch-bucket"
+        return "scratch-bucket" if bucket == settings.scratch_bucket else "stored-bucket" if stored else "elsewhere"
     if stored and key.startswith(settings.dead_letter_prefix):
         return "stored"
     return "scratch" if bucket == settings.scratch_bucket and key.startswith(settings.scratch_root) else "elsewhere"
@@ -376,3 +380,21 @@ def test_the_drain_is_allowed_every_call_it_makes_where_it_makes_it(world: World
     assert {("s3:GetObjectVersion", "stored"), ("s3:ListBucket", "stored-bucket")} <= where  # read by version; a 404
     assert ("sqs:ChangeMessageVisibility", "BacklogQueue") in where
     assert where - granted_where("DrainFunction") == set()
+
+
+def test_the_reconciler_is_allowed_every_call_it_makes_where_it_makes_it(
+    world: World, grant_dates: dict[str, float]
+) -> None:
+    stack = world.stack
+    grant_id = session(stack, "gone-r")
+    stack.delete("gone-r")  # behind the stream's back: only reconcile frees its grant and its scratch data
+    age(stack, "sessions/t1/gone-r/")
+    runtime = recording_runtime(world, scratch_tenant_scoped=True, reconcile_scratch=True)
+
+    report = reconcile(runtime)
+
+    assert report.ok and grant_id not in stack.grant_ids() and stack.objects("sessions/t1/gone-r/") == []
+    assert isinstance(runtime.clients, RecordingClients)
+    where = {need for request in runtime.clients.requests for need in needed(request, runtime.settings)}
+    assert {("kms:ListGrants", "elsewhere"), ("s3:ListBucket", "scratch")} <= where
+    assert where - granted_where("ReconcilerFunction") == set()
