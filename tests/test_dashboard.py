@@ -198,3 +198,15 @@ def test_the_backlogs_deferred_records_depth_and_age() -> None:
     for name in ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage"):
         assert ("AWS/SQS", name, (("QueueName", "backlog-queue"),)) in others
     assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", "backlog-dead-letter-queue"),)) in others
+
+
+def test_the_paused_alarm_watches_what_the_kill_switch_emits_with_exactly_those_dimensions() -> None:
+    alarm = transformed()["Resources"]["KillSwitchPausedAlarm"]["Properties"]
+    stats = [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+
+    for stat in stats:
+        name = stat["MetricName"]
+        dimensions = {d["Name"]: d["Value"] for d in stat["Dimensions"]}
+        assert name in emitted() and set(dimensions) == emf_dimensions(name, emitted()[name])
+        assert all(dimensions[d] in DIMENSION_VALUES[d] for d in set(dimensions) - {"Service"})
+    assert {"Name": "Mode", "Value": Mode.PAUSED.value} in [d for s in stats for d in s["Dimensions"]]

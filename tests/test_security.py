@@ -1,15 +1,27 @@
-"""Security as tests: hostile prefixes delete nothing, secrets stay out of the logs, the role allows what is used."""
+"""Security as tests: hostile prefixes delete nothing, secrets stay out of the logs, and each function's role allows
+what that function is seen to call against the test backend (the action, and where: which queue, which bucket and
+part of it), as the SAM-transformed template grants it."""
 
 from __future__ import annotations
 
 import io
+import json
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from cleanup.telemetry import configure_logging
+from cleanup.aws.retry import Deadline
+from cleanup.backlog import backlog_body
+from cleanup.deadletter import stored_letter
+from cleanup.operations.reconcile import reconcile
+from cleanup.runtime import Runtime
+from cleanup.telemetry import Metrics, configure_logging
+from schemas.outcomes import Outcome, Status
+from schemas.records import StreamRecord, read_record
+from schemas.settings import Settings
 from tests.scenarios.helpers import (
     ProxiedClients,
     World,
@@ -19,10 +31,12 @@ from tests.scenarios.helpers import (
     world,
 )
 from tests.stack import SessionStack, client
-from worker import lambda_handler
+from tests.test_reconcile import age, grant_dates, session
+from tests.test_template import attached, for_mappings, granted_to_code, source_functions
+from worker import backlog, lambda_handler
 from worker.local.backend import create_registry_table, join_room
 
-__all__ = ["world"]
+__all__ = ["grant_dates", "world"]
 
 pytestmark = pytest.mark.timeout(60)
 TEMPLATE = Path(__file__).resolve().parent.parent / "deploy" / "template.yaml"
@@ -103,9 +117,6 @@ def test_grant_tokens_and_object_keys_never_reach_the_logs(world: World, capture
 
 # Who calls what: the event source mapping reads the stream with the function's role (a DynamoDB stream, or a Kinesis
 # data stream), and Lambda writes its logs.
-# The role also runs the backlog's drain (every grant names it as retiring principal): what only the drain and its SQS
-# mapping use, which this stream run does not (tests/test_drain.py runs the drain; tests/test_template.py scans it).
-DRAIN_ONLY = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "s3:GetObject"}
 PLATFORM_ACTIONS = {
     # The AppConfig Lambda extension's, fetching the kill switch with the function's role (when one is configured).
     "appconfig:GetLatestConfiguration",
@@ -138,41 +149,117 @@ IAM_ACTIONS = {
     ("sqs", "GetQueueAttributes"): {"sqs:GetQueueAttributes"},
     ("s3", "PutObject"): {"s3:PutObject"},
     ("apigatewaymanagementapi", "DeleteConnection"): {"execute-api:ManageConnections"},
+    ("s3", "GetObject"): set(),  # s3:GetObject, or s3:GetObjectVersion when reading by VersionId
+    ("s3", "HeadObject"): set(),  # the same
+    ("sqs", "ChangeMessageVisibilityBatch"): {"sqs:ChangeMessageVisibility"},
+    ("kms", "ListGrants"): {"kms:ListGrants"},
+    ("dynamodb", "Scan"): {"dynamodb:Scan"},
 }
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short tags, each read as its long form (``!Ref x`` -> ``{"Ref": x}``)."""
+@dataclass(frozen=True)
+class Request:
+    """One AWS call as the worker made it: its parameters, and the HTTP status of the answer."""
+
+    service: str
+    operation: str
+    params: dict[str, Any]
+    status: int
 
 
-def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {suffix if suffix == "Ref" else f"Fn::{suffix}": value}
+class RecordingClients(ProxiedClients):
+    """The runtime's clients, each request kept with its parameters and the status of its answer."""
+
+    def __init__(self, settings: Settings, endpoint_url: str) -> None:
+        super().__init__(settings, endpoint_url)
+        self.recorded_settings = settings
+        self.requests: list[Request] = []
+        self._requests_lock = threading.Lock()
+
+    def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
+        created = super()._create(service, endpoint_url, region)
+        created.meta.events.register("before-parameter-build", self._keep)
+        created.meta.events.register("after-call", self._answered)
+        return created
+
+    def _keep(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["recorded"] = dict(params)
+
+    def _answered(self, http_response: Any, model: Any, context: dict[str, Any], **_: Any) -> None:
+        request = Request(model.service_model.service_name, model.name, context.get("recorded", {}), 0)
+        with self._requests_lock:
+            self.requests.append(Request(request.service, request.operation, request.params, http_response.status_code))
 
 
-_CfnLoader.add_multi_constructor("!", _tag)
+def recording_runtime(world: World, **overrides: Any) -> Runtime:
+    settings = world.settings(**overrides)
+    runtime = Runtime(settings, RecordingClients(settings, world.aws_proxy.url), Metrics(settings, world.sink))
+    world.runtimes.append(runtime)
+    return runtime
 
 
-def role_actions(role: str) -> set[str]:
-    """Every action the role's inline policies allow (both branches of a condition)."""
-    template = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
-    actions: set[str] = set()
-    for policy in template["Resources"][role]["Properties"]["Policies"]:
-        for statement in policy["PolicyDocument"]["Statement"]:
-            branches = statement["Fn::If"][1:] if "Fn::If" in statement else [statement]
-            for branch in branches:
-                if isinstance(branch, dict) and "Action" in branch:
-                    action = branch["Action"]
-                    actions.update([action] if isinstance(action, str) else action)
-    return actions
+def s3_where(settings: Settings, bucket: str, key: str | None) -> str:
+    """Which part of which bucket a request names: stored records, scratch data, or either bucket itself."""
+    stored = bucket == settings.dead_letter_store
+    if key is None:
+        return "scratch-bucket" if bucket == settings.scratch_bucket else "stored-bucket" if stored else "elsewhere"
+    if stored and key.startswith(settings.dead_letter_prefix):
+        return "stored"
+    return "scratch" if bucket == settings.scratch_bucket and key.startswith(settings.scratch_root) else "elsewhere"
 
 
-def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
+def needed(request: Request, settings: Settings) -> set[tuple[str, str]]:
+    """The IAM actions a request needs, each with where it needs it."""
+    params, op = request.params, request.operation
+    if request.service == "sqs":
+        queues = {settings.dead_letter_queue_url: "DeadLetterQueue", settings.backlog_queue_url: "BacklogQueue"}
+        return {(action, queues.get(params["QueueUrl"], "elsewhere")) for action in IAM_ACTIONS[("sqs", op)]}
+    if request.service != "s3":
+        return {(action, "elsewhere") for action in IAM_ACTIONS[(request.service, op)]}
+    bucket = params["Bucket"]
+    if op == "DeleteObjects":
+        objects = params["Delete"]["Objects"]
+        return {
+            (f"s3:DeleteObject{'Version' if 'VersionId' in o else ''}", s3_where(settings, bucket, o["Key"]))
+            for o in objects
+        }
+    if op in ("GetObject", "HeadObject", "DeleteObject"):
+        verb = "Delete" if op == "DeleteObject" else "Get"
+        action = f"s3:{verb}Object{'Version' if params.get('VersionId') else ''}"
+        found = {(action, s3_where(settings, bucket, params["Key"]))}
+        # A missing object is a 404 only to whoever may list the bucket (403 otherwise).
+        return found | ({("s3:ListBucket", s3_where(settings, bucket, None))} if request.status == 404 else set())
+    prefix = params.get("Prefix") if op in ("ListObjectsV2", "ListObjectVersions") else params.get("Key")
+    return {(action, s3_where(settings, bucket, prefix)) for action in IAM_ACTIONS[("s3", op)]}
+
+
+def where_granted(statement: dict[str, Any]) -> str:
+    """Where a statement's resource is, in the terms of ``needed``."""
+    text = json.dumps(statement["Resource"])
+    if "${DeadLetterPrefix}" in text:
+        return "stored"
+    if "${ScratchRoot}" in text or "${ScratchRoot}" in json.dumps(statement.get("Condition", {})):
+        return "scratch"
+    if "DeadLetterBucket" in text:
+        return "stored-bucket"
+    if "ScratchBucket" in text:
+        return "scratch-bucket"
+    queues = [q for q in ("DeadLetterQueue", "OnFailureQueue", "BacklogQueue") if f'["{q}", "Arn"]' in text]
+    return queues[0] if queues else "elsewhere"
+
+
+def granted_where(function: str) -> set[tuple[str, str]]:
+    """What the code of ``function`` may call, and where (its mappings' statements left out: no code makes those)."""
+    arn = {"Fn::GetAtt": [function, "Arn"]}
+    return {
+        (action, where_granted(statement))
+        for statement in attached("CleanupRole", HasRegistry=True, AskVersioning=True)
+        if not for_mappings(statement) and arn in (source_functions(statement) or [arn])
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+    }
+
+
+def run_everything(world: World, *, versioned: bool) -> RecordingClients:
     """A run that makes every kind of call: sockets, grants, objects, versioning asked, registry memberships, and two
     dead-lettered records, one of them too large for the queue's 4 KiB messages (stored in S3, in a bucket of its own
     here)."""
@@ -194,17 +281,19 @@ def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
     world.end(ended)
     stack.delete("bad")
     stack.delete("big")
-    runtime = world.runtime(
-        dead_letter_queue_url=queue_url, dead_letter_bucket=f"{stack.bucket}-dead-letters", registry_table=registry
+    runtime = recording_runtime(
+        world,
+        dead_letter_queue_url=queue_url,
+        dead_letter_bucket=f"{stack.bucket}-dead-letters",
+        registry_table=registry,
     )
     assert world.invoker(runtime)({"Records": world.records()}) == {"batchItemFailures": []}
     assert stack.versions() == 0
     assert stack.ddb.scan(TableName=registry, ConsistentRead=True)["Count"] == 0 < len(connections)
-    assert isinstance(runtime.clients, ProxiedClients)
+    assert isinstance(runtime.clients, RecordingClients)
     return runtime.clients
 
 
-@pytest.mark.skipif(not TEMPLATE.exists(), reason="no deploy/template.yaml")
 @pytest.mark.parametrize("versioned", [False, True], ids=["unversioned", "versioned"])
 def test_the_cleanup_role_allows_exactly_what_the_worker_and_its_platform_call(world: World, versioned: bool) -> None:
     clients = run_everything(world, versioned=versioned)
@@ -215,10 +304,97 @@ def test_the_cleanup_role_allows_exactly_what_the_worker_and_its_platform_call(w
     used = {action for call in called for action in IAM_ACTIONS[call]}
     if called & {("s3", "DeleteObjects"), ("s3", "DeleteObject")}:
         used.add("s3:DeleteObjectVersion" if versioned else "s3:DeleteObject")
-    allowed = role_actions("CleanupRole")
+    allowed = granted_to_code("CleanupFunction")
     assert used <= allowed, f"called but not allowed: {used - allowed}"
     # Everything allowed is used by one of the two runs (versioning decides which S3 actions).
     versioned_only = {"s3:ListBucketVersions", "s3:DeleteObjectVersion"}
     unversioned_only = {"s3:ListBucket", "s3:DeleteObject"}
-    expected = allowed - PLATFORM_ACTIONS - (unversioned_only if versioned else versioned_only) - DRAIN_ONLY
+    expected = allowed - PLATFORM_ACTIONS - (unversioned_only if versioned else versioned_only)
     assert used == expected
+    # And each where the template allows it: a dead letter stored under its prefix, a scratch object under the root.
+    where = {need for request in clients.requests for need in needed(request, clients.recorded_settings)}
+    assert where - granted_where("CleanupFunction") == set()
+    assert ("s3:PutObject", "stored") in where
+
+
+def deferred_bodies(stack: SessionStack) -> list[str]:
+    """The backlog message of each new REMOVE record, as the stream's function defers it (every action left)."""
+    bodies = []
+    for raw in stack.new_records():
+        record = read_record(raw)
+        if isinstance(record, StreamRecord) and raw["eventName"] == "REMOVE":
+            outcome = Outcome(sequence_number=record.sequence_number, status=Status.DEFERRED, error="no turn")
+            bodies.append(backlog_body(outcome, record))
+    return bodies
+
+
+def received(queue_url: str, *bodies: str) -> list[dict[str, Any]]:
+    """``bodies`` sent to the queue and received, as Lambda's SQS mapping hands them to the drain."""
+    sqs = client("sqs")
+    for body in bodies:
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    answer = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, AttributeNames=["All"])
+    messages = answer.get("Messages", [])
+    assert len(messages) == len(bodies)
+    return [
+        {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": m["Body"],
+            "attributes": m["Attributes"],
+        }
+        for m in messages
+    ]
+
+
+def test_the_drain_is_allowed_every_call_it_makes_where_it_makes_it(world: World) -> None:
+    stack = world.stack
+    stored_bucket = f"{stack.bucket}-dead-letters"
+    stack.s3.create_bucket(Bucket=stored_bucket)
+    stack.s3.put_bucket_versioning(Bucket=stored_bucket, VersioningConfiguration={"Status": "Enabled"})
+    sqs = client("sqs")
+    queues = {name: sqs.create_queue(QueueName=f"{name}-{stack.bucket}")["QueueUrl"] for name in ("backlog", "dlq")}
+    overrides = {"dead_letter_bucket": stored_bucket, "dead_letter_queue_url": queues["dlq"]}
+    runtime = recording_runtime(world, backlog_queue_url=queues["backlog"], **overrides)
+    refused = recording_runtime(
+        world, backlog_queue_url=queues["backlog"], kms_key_id=stack.key_arn[:-4] + "0000", **overrides
+    )
+    world.end(world.make_sessions(new_ids(3, "drain"), sockets=1))
+    big, small, later = deferred_bodies(stack)
+    letter = stored_letter(0, big, runtime, limit=len(big) - 1, deadline=Deadline.after(10))
+    assert letter is not None and letter.stored
+
+    first = backlog.drain(received(queues["backlog"], letter.body, small), runtime, Deadline.after(60))
+    duplicate = backlog.drain(received(queues["backlog"], letter.body), runtime, Deadline.after(60))
+    [waiting] = received(queues["backlog"], later)
+    released = backlog.drain([waiting], refused, Deadline.after(60))
+
+    assert (first, duplicate) == ({"batchItemFailures": []}, {"batchItemFailures": []})
+    assert released == {"batchItemFailures": [{"itemIdentifier": waiting["messageId"]}]}
+    versions = stack.s3.list_object_versions(Bucket=stored_bucket, Prefix=letter.stored).get("Versions", [])
+    assert [v for v in versions if v["Key"] == letter.stored] == []  # the stored record's very version is gone
+    where = set()
+    for used in (runtime, refused):
+        assert isinstance(used.clients, RecordingClients)
+        where |= {need for request in used.clients.requests for need in needed(request, used.settings)}
+    assert {("s3:GetObjectVersion", "stored"), ("s3:ListBucket", "stored-bucket")} <= where  # read by version; a 404
+    assert ("sqs:ChangeMessageVisibility", "BacklogQueue") in where
+    assert where - granted_where("DrainFunction") == set()
+
+
+def test_the_reconciler_is_allowed_every_call_it_makes_where_it_makes_it(
+    world: World, grant_dates: dict[str, float]
+) -> None:
+    stack = world.stack
+    grant_id = session(stack, "gone-r")
+    stack.delete("gone-r")  # behind the stream's back: only reconcile frees its grant and its scratch data
+    age(stack, "sessions/t1/gone-r/")
+    runtime = recording_runtime(world, scratch_tenant_scoped=True, reconcile_scratch=True)
+
+    report = reconcile(runtime)
+
+    assert report.ok and grant_id not in stack.grant_ids() and stack.objects("sessions/t1/gone-r/") == []
+    assert isinstance(runtime.clients, RecordingClients)
+    where = {need for request in runtime.clients.requests for need in needed(request, runtime.settings)}
+    assert {("kms:ListGrants", "elsewhere"), ("s3:ListBucket", "scratch")} <= where
+    assert where - granted_where("ReconcilerFunction") == set()

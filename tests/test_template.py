@@ -54,7 +54,7 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "send_message_batch": {"sqs:SendMessage"},
     "get_queue_attributes": {"sqs:GetQueueAttributes"},
     "put_object": {"s3:PutObject"},
-    "get_object": {"s3:GetObject"},
+    "get_object": {"s3:GetObject", "s3:GetObjectVersion"},  # a stored record is read by its version
     "head_object": {"s3:GetObject"},
     "change_message_visibility_batch": {"sqs:ChangeMessageVisibility"},
 }
@@ -73,6 +73,8 @@ KINESIS_READ = {
 # The template's conditions as a full deployment on a DynamoDB stream has them; a test names those it changes.
 # What Lambda's SQS event source mapping does with the drain's role (the cleanup role) on the backlog queue.
 SQS_MAPPING = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+# And what Lambda sends to the on-failure queue for the stream's mapping.
+ON_FAILURE = {"sqs:SendMessage"}
 CONDITIONS = {
     "AskVersioning": True,
     "KinesisSource": False,
@@ -151,6 +153,44 @@ def statements(role: str, **conditions: bool) -> list[dict[str, Any]]:
 
 def granted(role: str, **conditions: bool) -> set[str]:
     return {action for s in statements(role, **conditions) for action in as_list(s["Action"])}
+
+
+def attached(role: str, **conditions: bool) -> list[dict[str, Any]]:
+    """The statements of the role's inline policies and of every policy resource attached to it."""
+    policies = [name for name, p in resources("AWS::IAM::Policy").items() if {"Ref": role} in p["Properties"]["Roles"]]
+    return [s for name in [role, *policies] for s in statements(name, **conditions)]
+
+
+def by_sid(role: str, **conditions: bool) -> dict[str, dict[str, Any]]:
+    """The role's statements by Sid (of a Sid in two policies, the last; tests read the reconciler's apart)."""
+    return {statement["Sid"]: statement for statement in attached(role, **conditions)}
+
+
+def source_functions(statement: dict[str, Any]) -> list[Any] | None:
+    """The functions a statement is bound to (``lambda:SourceFunctionArn``), None when it is not."""
+    arns = statement.get("Condition", {}).get("ArnLike", {}).get("lambda:SourceFunctionArn")
+    return None if arns is None else as_list(arns)
+
+
+def for_mappings(statement: dict[str, Any]) -> bool:
+    """Allowed only to requests with no source function: Lambda's own, for an event source mapping."""
+    return statement.get("Condition", {}).get("Null") == {"lambda:SourceFunctionArn": "true"}
+
+
+def granted_to_code(function: str, role: str = "CleanupRole", **conditions: bool) -> set[str]:
+    """What the code of ``function`` (a logical id) may call with its role: the statements bound to it, and those bound
+    to no function and not kept for mappings (its logs, the kill switch)."""
+    arn = {"Fn::GetAtt": [function, "Arn"]}
+    return {
+        action
+        for s in attached(role, **conditions)
+        if not for_mappings(s) and (source_functions(s) is None or arn in (source_functions(s) or []))
+        for action in as_list(s["Action"])
+    }
+
+
+def granted_to_mappings(role: str = "CleanupRole", **conditions: bool) -> set[str]:
+    return {action for s in attached(role, **conditions) if for_mappings(s) for action in as_list(s["Action"])}
 
 
 def as_list(value: Any) -> list[Any]:
@@ -293,7 +333,7 @@ def test_the_rollout_switch_defaults_to_dry_run_for_both_functions() -> None:
 def test_no_policy_has_a_wildcard_action_or_an_unexplained_star_resource(kinesis: bool) -> None:
     text = TEMPLATE.read_text()
     for role in resources("AWS::IAM::Role"):
-        for statement in statements(role, KinesisSource=kinesis):
+        for statement in attached(role, KinesisSource=kinesis):
             assert not any("*" in action for action in as_list(statement["Action"])), statement
             if "*" in as_list(statement["Resource"]):
                 # The only accepted form: a comment naming the statement and why AWS requires "*".
@@ -305,38 +345,54 @@ def cleanup_role_calls() -> set[str]:
     return aws_calls(module_files("worker.lambda_handler") + module_files("worker.backlog"))
 
 
-def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
-    calls = cleanup_role_calls()
+@pytest.mark.parametrize(
+    ("function", "entry_point"),
+    [("CleanupFunction", "worker.lambda_handler"), ("DrainFunction", "worker.backlog")],
+    ids=["stream", "drain"],
+)
+def test_each_function_of_the_cleanup_role_may_call_exactly_what_its_code_calls(
+    function: str, entry_point: str
+) -> None:
+    calls = aws_calls(module_files(entry_point))
     assert calls <= set(IAM_ACTIONS), f"add these calls to IAM_ACTIONS and the policy: {calls - set(IAM_ACTIONS)}"
 
+    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS
+
+    assert granted_to_code(function) == needed
+
+
+def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
+    calls = cleanup_role_calls()
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ | SQS_MAPPING
 
-    assert granted("CleanupRole") == needed
+    assert (
+        granted("CleanupRole") | {a for p in ("CleanSessionsPolicy", "StreamPolicy", "DrainPolicy") for a in granted(p)}
+        == needed
+    )
+    assert granted_to_mappings() == STREAM_READ | SQS_MAPPING | ON_FAILURE
 
 
 def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> None:
-    calls = cleanup_role_calls()
-    needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | KINESIS_READ | SQS_MAPPING
-    by_sid = {s["Sid"]: s for s in statements("CleanupRole", KinesisSource=True)}
+    by_sid_kinesis = by_sid("CleanupRole", KinesisSource=True)
 
-    assert granted("CleanupRole", KinesisSource=True) == needed
-    assert by_sid["ReadKinesisStream"]["Resource"] == {"Ref": "SessionTableStreamArn"}
+    assert granted_to_mappings(KinesisSource=True) == KINESIS_READ | SQS_MAPPING | ON_FAILURE
+    assert by_sid_kinesis["ReadKinesisStream"]["Resource"] == {"Ref": "SessionTableStreamArn"}
 
 
 def test_the_registry_is_queried_and_pruned_only_when_one_is_configured() -> None:
-    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    sids = by_sid("CleanupRole")
     cleanup = function("worker.lambda_handler.handler")
     variables = cleanup["Properties"]["Environment"]["Variables"]
 
-    assert granted("CleanupRole") - granted("CleanupRole", HasRegistry=False) == {
+    assert granted_to_code("CleanupFunction") - granted_to_code("CleanupFunction", HasRegistry=False) == {
         "dynamodb:Query",
         "dynamodb:BatchWriteItem",
         "dynamodb:DescribeTable",
     }
-    assert by_sid["QueryRegistryIndex"]["Resource"]["Fn::Sub"].endswith(
+    assert sids["QueryRegistryIndex"]["Resource"]["Fn::Sub"].endswith(
         ":table/${RegistryTableName}/index/${RegistryConnectionIndex}"
     )
-    assert by_sid["PruneRegistry"]["Resource"]["Fn::Sub"].endswith(":table/${RegistryTableName}")
+    assert sids["PruneRegistry"]["Resource"]["Fn::Sub"].endswith(":table/${RegistryTableName}")
     assert resolved(variables["REGISTRY_TABLE"], HasRegistry=False) == NO_VALUE
     assert parameter("RegistryConnectionIndex")["Default"] == Settings().registry_connection_index
     assert parameter("RegistryConnectionAttribute")["Default"] == AttributeNames().registry_connection_id
@@ -366,10 +422,10 @@ def test_the_sweeper_is_off_unless_its_index_is_named() -> None:
 
 
 def test_deletes_and_listings_are_confined_to_the_scratch_root() -> None:
-    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    by_sid = {s["Sid"]: s for s in attached("CleanupRole")}
 
     assert by_sid["DeleteUnderScratchRoot"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${ScratchRoot}*")
-    assert by_sid["ListScratchRoot"]["Condition"] == {"StringLike": {"s3:prefix": {"Fn::Sub": "${ScratchRoot}*"}}}
+    assert by_sid["ListScratchRoot"]["Condition"]["StringLike"] == {"s3:prefix": {"Fn::Sub": "${ScratchRoot}*"}}
     assert by_sid["CloseConnection"]["Resource"]["Fn::Sub"].endswith(
         ":${WebSocketApiId}/${WebSocketStage}/DELETE/@connections/*"
     )
@@ -427,18 +483,14 @@ def test_the_stream_and_the_function_have_alarms() -> None:
 
 
 def test_large_dead_letters_are_written_only_under_their_prefix_and_the_queue_size_is_set() -> None:
-    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    by_sid = {s["Sid"]: s for s in attached("CleanupRole")}
     queue = transformed()["Resources"]["DeadLetterQueue"]["Properties"]
     cleanup = function("worker.lambda_handler.handler")
 
     assert by_sid["StoreLargeDeadLetters"]["Action"] == "s3:PutObject"
     assert by_sid["StoreLargeDeadLetters"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${DeadLetterPrefix}*")
-    assert by_sid["DeadLetterMessageSize"] == {
-        "Sid": "DeadLetterMessageSize",
-        "Effect": "Allow",
-        "Action": "sqs:GetQueueAttributes",
-        "Resource": {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]},
-    }
+    assert by_sid["DeadLetters"]["Action"] == ["sqs:SendMessage", "sqs:GetQueueAttributes"]
+    assert by_sid["DeadLetters"]["Resource"] == {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}
     assert queue["MaximumMessageSize"] == 1_048_576
     assert cleanup["Properties"]["Environment"]["Variables"]["DEAD_LETTER_PREFIX"] == {"Ref": "DeadLetterPrefix"}
     assert parameter("DeadLetterPrefix")["Default"] == Settings().dead_letter_prefix
@@ -473,7 +525,8 @@ def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
     queues = [{"Fn::GetAtt": [name, "Arn"]} for name in ("DeadLetterQueue", "OnFailureQueue")]
     role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
     function = {"Fn::GetAtt": ["CleanupFunction", "Arn"]}
-    allow, deny = policy["Properties"]["PolicyDocument"]["Statement"]
+    allow, deny, plain_http = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert plain_http["Sid"] == "NoPlainHttp"  # tests/test_template_least_privilege.py
 
     assert policy["Properties"]["Queues"] == [{"Ref": "DeadLetterQueue"}, {"Ref": "OnFailureQueue"}]
     assert set(resources("AWS::SQS::Queue")) == {
@@ -571,6 +624,6 @@ def test_the_reconciler_runs_daily_only_when_enabled_on_the_allowed_keys_and_und
         "Fn::Split": [",", {"Fn::Sub": "${KmsKeyArn},${AllowedKmsKeyArns}"}]
     }
     assert by_sid["DeleteUnderScratchRoot"]["Resource"]["Fn::Sub"][0].endswith(":::${Bucket}/${ScratchRoot}*")
-    assert by_sid["ListScratchRoot"]["Condition"] == {"StringLike": {"s3:prefix": {"Fn::Sub": "${ScratchRoot}*"}}}
+    assert by_sid["ListScratchRoot"]["Condition"]["StringLike"] == {"s3:prefix": {"Fn::Sub": "${ScratchRoot}*"}}
     assert by_sid["ReadSessions"]["Resource"]["Fn::Sub"].endswith(":table/${SessionTableName}")
     assert parameter("ReconcileGraceSeconds")["Default"] == Settings().reconcile_grace_seconds

@@ -8,6 +8,7 @@ from benchmarks.capacity import DEFAULTS
 from benchmarks.capacity_model import Backlog, Mapping, Quotas
 from cleanup.backlog_drain import release_seconds
 from tests.test_template import (
+    attached,
     function,
     parameter,
     resources,
@@ -92,7 +93,8 @@ def test_only_the_cleanup_role_may_send_to_the_backlog_queues() -> None:
     policy = resources("AWS::SQS::QueuePolicy")["BacklogQueuesPolicy"]["Properties"]
     role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
     arns = [BACKLOG_ARN, {"Fn::GetAtt": ["BacklogDeadLetterQueue", "Arn"]}]
-    allow, deny = policy["PolicyDocument"]["Statement"]
+    allow, deny, plain_http = policy["PolicyDocument"]["Statement"]
+    assert plain_http["Sid"] == "NoPlainHttp"  # tests/test_template_least_privilege.py
 
     assert policy["Queues"] == [{"Ref": "BacklogQueue"}, {"Ref": "BacklogDeadLetterQueue"}]
     assert (allow["Effect"], allow["Principal"], allow["Action"], allow["Resource"]) == (
@@ -111,11 +113,12 @@ def test_only_the_cleanup_role_may_send_to_the_backlog_queues() -> None:
 
 
 def test_the_role_sends_receives_and_reads_stored_records_only_where_the_backlog_is() -> None:
-    by_sid = {s["Sid"]: s for s in statements("CleanupRole")}
+    by_sid = {s["Sid"]: s for s in attached("CleanupRole")}
 
     assert by_sid["DeferToBacklog"]["Resource"] == BACKLOG_ARN
     assert by_sid["DrainBacklog"]["Resource"] == BACKLOG_ARN
-    assert "sqs:ChangeMessageVisibility" in by_sid["DrainBacklog"]["Action"]
+    assert by_sid["ReleaseBacklog"]["Resource"] == BACKLOG_ARN
+    assert by_sid["ReleaseBacklog"]["Action"] == "sqs:ChangeMessageVisibility"
     stored = by_sid["DrainStoredRecords"]["Resource"]["Fn::Sub"][0]
     assert stored.endswith(":::${Bucket}/${DeadLetterPrefix}*")
 
