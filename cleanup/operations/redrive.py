@@ -15,6 +15,13 @@ Two kinds of message name records to redo:
   missing is a duplicate when the marker is there, and goes; with no marker the record was lost some other way: the
   message is saved beside where the object was, reported once (``gone``), and goes.
 
+A dead-letter message is trusted only once its integrity tag verifies (``cleanup.integrity``: the worker wrote it,
+and nobody changed it since), and a stored record only once its bytes match the digest the tag covers. One that
+fails is refused: nothing it names is freed, it is counted (``MessagesRefused``) and logged, and it stays on the
+queue for an operator. An on-failure message needs no tag: it names only a range of SESSION_TABLE's stream, whose
+records are read again from the stream itself. Any body that is neither (any JSON, any type in any field) is reported
+alone and kept; the other messages go on.
+
 Only SESSION_TABLE's records are sessions: an on-failure message naming another table's DynamoDB stream is refused
 (reported and kept, nothing read), and a record naming another table is skipped (``cleanup.classify``).
 
@@ -29,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
-from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundError
+from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError, StreamNotFoundError
+from cleanup.integrity import DIGEST_FIELD, refused, verify
 from cleanup.operations.claim_check import (
     Settled,
     StoredRecord,
@@ -112,15 +120,23 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
     never in a dry run (the record was only planned, and the object is all that holds it).
     """
     try:
-        message = parse_message(body)
-    except MessageFormatError as exc:
+        loaded = load_message(body)
+        if loaded.get("format") == MESSAGE_FORMAT:
+            verify(loaded, runtime)  # before anything it names is read, let alone freed
+        message = message_from(loaded)
+    except IntegrityError as exc:
+        refused(runtime, _message_id(body), "integrity", str(exc), "the queue")
+        return MessageResult("dead-letter", error=f"refused, integrity: {exc}")
+    except CleanupError as exc:
         return MessageResult("unknown", error=str(exc))
+    except Exception as exc:  # the per-message boundary: whatever the message holds, it fails alone
+        return MessageResult("unknown", error=f"unreadable message: {type(exc).__name__}: {exc}")
     if isinstance(message, StoredRecord):
         return _redrive_stored(message, runtime)
     kind = "on-failure" if isinstance(message, BatchRange) else "dead-letter"
-    refused = foreign_stream(message, runtime.settings.session_table)
-    if refused is not None:
-        return MessageResult(kind, error=refused)
+    foreign = foreign_stream(message, runtime.settings.session_table)
+    if foreign is not None:
+        return MessageResult(kind, error=foreign)
     try:
         records, result = _records(message, runtime)
     except CleanupError as exc:
@@ -137,6 +153,9 @@ def _redrive_stored(stored: StoredRecord, runtime: Runtime) -> MessageResult:
         if whole is None:
             return _missing(stored, runtime, enforce=enforce)
         result = MessageResult("dead-letter", outcomes=run_batch([_dead_lettered(whole)], runtime))
+    except IntegrityError as exc:
+        refused(runtime, _message_id(stored.message), "integrity", str(exc), "the queue (its object left in S3)")
+        return MessageResult("dead-letter", error=f"refused, integrity: {exc}")
     except CleanupError as exc:
         return MessageResult("dead-letter", error=str(exc))
     if result.clean and enforce:
@@ -190,19 +209,38 @@ def _records(message: BatchRange | Incoming, runtime: Runtime) -> tuple[list[Inc
 
 
 def parse_message(body: str) -> BatchRange | StoredRecord | Incoming:
-    """The range an on-failure message names, or the record a dead-letter message carries (or where it is stored).
+    """The range an on-failure message names, or the record a dead-letter message carries (or where it is stored);
+    its integrity tag, if any, is not checked here (:func:`redrive` checks it first).
 
     Raises:
         MessageFormatError: neither kind of message (an SNS envelope around one is unwrapped).
+    """
+    return message_from(load_message(body))
+
+
+def load_message(body: str) -> dict[str, Any]:
+    """A message as a JSON object (an SNS envelope around one is unwrapped).
+
+    Raises:
+        MessageFormatError: not a JSON object.
     """
     try:
         message = json.loads(body)
         if isinstance(message, dict) and message.get("Type") == "Notification":
             message = json.loads(message["Message"])  # an SNS destination subscribed to the queue
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise MessageFormatError(f"message is not JSON: {exc}") from exc
     if not isinstance(message, dict):
         raise MessageFormatError("message is not a JSON object")
+    return message
+
+
+def message_from(message: dict[str, Any]) -> BatchRange | StoredRecord | Incoming:
+    """What a loaded message names (see :func:`parse_message`).
+
+    Raises:
+        MessageFormatError: neither kind of message.
+    """
     for name in ("DDBStreamBatchInfo", "KinesisBatchInfo"):
         if isinstance(message.get(name), dict):
             return _batch_range(message[name], name)
@@ -218,7 +256,7 @@ def parse_message(body: str) -> BatchRange | StoredRecord | Incoming:
 def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
     try:
         start, end = str(info["startSequenceNumber"]), str(info["endSequenceNumber"])
-        if not (start.isdigit() and end.isdigit()):  # they are compared as integers
+        if not all(n.isascii() and n.isdigit() for n in (start, end)):  # they are compared as integers
             raise ValueError("sequence number")
         size = info.get("batchSize")
         return BatchRange(
@@ -229,7 +267,7 @@ def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
             int(size) if size else None,
             kinesis=name == "KinesisBatchInfo",
         )
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:
         raise MessageFormatError(f"{name} without a usable {exc}") from exc
 
 
@@ -254,7 +292,20 @@ def _stored(message: dict[str, Any]) -> StoredRecord:
         version if isinstance(version, str) and version else None,
         number if isinstance(number, str) else None,
         message,
+        digest=message.get(DIGEST_FIELD),
     )
+
+
+def _message_id(message: object) -> str:
+    """What names a refused message in the log: its sequence number and event id, when it has them."""
+    if isinstance(message, str):
+        try:
+            message = json.loads(message)
+        except (ValueError, RecursionError):
+            return "?"
+    if not isinstance(message, dict):
+        return "?"
+    return f"{str(message.get('sequenceNumber'))[:64]}/{str(message.get('eventID'))[:64]}"
 
 
 def read_range(streams: DynamoDBStreamsClient, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
