@@ -352,3 +352,15 @@ def test_out_of_time_between_requests_names_every_stored_record_left_unsent(
     assert (line.levelname, line.records, line.storedObjects) == ("ERROR", 15, 15)
     assert keys.levelname == "DEBUG" and len(keys.storedObjects) == 15 and set(keys.storedObjects) <= set(stored)
     assert len(stored) == 25
+
+
+def test_a_message_keeps_only_the_key_and_the_session_attributes(stack: SessionStack) -> None:
+    queue = new_queue(stack)
+    stack.put_session("private", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "profile": "user's own"})
+    stack.delete("private")
+
+    assert invoke(stack.runtime(dead_letter_queue_url=queue), stack.lambda_event()) == {"batchItemFailures": []}
+
+    [message] = messages(queue)
+    assert set(message["record"]["dynamodb"]["OldImage"]) == {"pk", "sk", "tenantId", "scratchPrefix", "ttl"}
+    assert message["record"]["dynamodb"]["Keys"] == {"pk": {"S": "session#private"}, "sk": {"S": "meta"}}
