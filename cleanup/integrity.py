@@ -70,7 +70,7 @@ def seal(body: str, runtime: Runtime, deadline: Deadline | None = None) -> str:
         deadline,
         KeyId=key,
         MacAlgorithm=ALGORITHM,
-        Message=_signed_bytes(message),
+        Message=signed_bytes(message),
     )
     message[FIELD] = {"algorithm": ALGORITHM, "mac": base64.b64encode(answer["Mac"]).decode("ascii")}
     return json.dumps(message, default=str)
@@ -94,7 +94,7 @@ def verify(message: Mapping[str, Any], runtime: Runtime, deadline: Deadline | No
         _INVALID,  # KMS's answer for a tag that does not match: not a failure of the call, a refusal
         KeyId=key,
         MacAlgorithm=ALGORITHM,
-        Message=_signed_bytes(message),
+        Message=signed_bytes(message),
         Mac=mac,
     )
     if answer is None or answer.get("MacValid") is not True:
@@ -138,8 +138,9 @@ def _mac(tag: object) -> bytes:
     return mac
 
 
-def _signed_bytes(message: Mapping[str, Any]) -> bytes:
-    # KMS MACs at most 4 KiB: the tag covers a digest of the whole message in canonical JSON (the tag left out).
+def signed_bytes(message: Mapping[str, Any]) -> bytes:
+    """What the tag is made over: KMS MACs at most 4 KiB, so a digest of the whole message in canonical JSON (sorted
+    keys, no spaces, ASCII), the tag itself left out."""
     content = {name: value for name, value in message.items() if name != FIELD}
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
     return _CONTEXT + hashlib.sha256(text.encode("ascii")).hexdigest().encode("ascii")

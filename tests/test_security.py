@@ -106,6 +106,7 @@ def test_grant_tokens_and_object_keys_never_reach_the_logs(world: World, capture
 # The role also runs the backlog's drain (every grant names it as retiring principal): what only the drain and its SQS
 # mapping use, which this stream run does not (tests/test_drain.py runs the drain; tests/test_template.py scans it).
 DRAIN_ONLY = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "s3:GetObject"}
+DRAIN_ONLY |= {"kms:VerifyMac", "sqs:GetQueueUrl"}  # verifying a message; moving a refused one
 PLATFORM_ACTIONS = {
     # The AppConfig Lambda extension's, fetching the kill switch with the function's role (when one is configured).
     "appconfig:GetLatestConfiguration",
@@ -123,6 +124,9 @@ PLATFORM_ACTIONS = {
     "logs:PutLogEvents",
 }
 IAM_ACTIONS = {
+    ("kms", "GenerateMac"): {"kms:GenerateMac"},
+    ("kms", "VerifyMac"): {"kms:VerifyMac"},
+    ("sqs", "GetQueueUrl"): {"sqs:GetQueueUrl"},
     ("dynamodb", "GetItem"): {"dynamodb:GetItem"},
     ("dynamodb", "DescribeTable"): {"dynamodb:DescribeTable"},
     ("dynamodb", "Query"): {"dynamodb:Query"},
@@ -162,7 +166,15 @@ def role_actions(role: str) -> set[str]:
     """Every action the role's inline policies allow (both branches of a condition)."""
     template = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)  # a SafeLoader subclass
     actions: set[str] = set()
-    for policy in template["Resources"][role]["Properties"]["Policies"]:
+    resources = template["Resources"]
+    attached = [  # standalone policies on the role, but not those of an optional part (a Condition)
+        resource["Properties"]
+        for resource in resources.values()
+        if resource["Type"] == "AWS::IAM::Policy"
+        and "Condition" not in resource
+        and {"Ref": role} in resource["Properties"]["Roles"]
+    ]
+    for policy in [*resources[role]["Properties"]["Policies"], *attached]:
         for statement in policy["PolicyDocument"]["Statement"]:
             branches = statement["Fn::If"][1:] if "Fn::If" in statement else [statement]
             for branch in branches:
@@ -189,7 +201,7 @@ def run_everything(world: World, *, versioned: bool) -> ProxiedClients:
     for connection_id in connections:
         join_room(stack.ddb, registry, "lobby", connection_id, user_id="u1", shard=0)
     stack.put_item({"pk": "session#bad", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../x/"})
-    big = {"pk": "session#big", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../y/", "blob": "x" * 5000}
+    big = {"pk": "session#big", "sk": "meta", "tenantId": "x" * 5000, "scratchPrefix": "sessions/../y/"}
     stack.put_item(big)
     world.end(ended)
     stack.delete("bad")

@@ -52,6 +52,10 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "list_grants": {"kms:ListGrants"},
     "delete_connection": {"execute-api:ManageConnections"},
     "send_message_batch": {"sqs:SendMessage"},
+    "send_message": {"sqs:SendMessage"},
+    "get_queue_url": {"sqs:GetQueueUrl"},
+    "generate_mac": {"kms:GenerateMac"},
+    "verify_mac": {"kms:VerifyMac"},
     "get_queue_attributes": {"sqs:GetQueueAttributes"},
     "put_object": {"s3:PutObject"},
     "get_object": {"s3:GetObject"},
@@ -151,6 +155,16 @@ def statements(role: str, **conditions: bool) -> list[dict[str, Any]]:
 
 def granted(role: str, **conditions: bool) -> set[str]:
     return {action for s in statements(role, **conditions) for action in as_list(s["Action"])}
+
+
+MESSAGE_INTEGRITY_POLICIES = ("MessageTaggingPolicy", "MessageVerifyingPolicy")
+
+
+def cleanup_role_granted(**conditions: bool) -> set[str]:
+    """The cleanup role's inline policies and the message-integrity policies attached to it."""
+    policies = transformed()["Resources"]
+    attached = [p for p in MESSAGE_INTEGRITY_POLICIES if {"Ref": "CleanupRole"} in policies[p]["Properties"]["Roles"]]
+    return granted("CleanupRole", **conditions).union(*(granted(p, **conditions) for p in attached))
 
 
 def as_list(value: Any) -> list[Any]:
@@ -311,7 +325,7 @@ def test_the_cleanup_role_grants_exactly_what_the_worker_calls() -> None:
 
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | STREAM_READ | SQS_MAPPING
 
-    assert granted("CleanupRole") == needed
+    assert cleanup_role_granted() == needed
 
 
 def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> None:
@@ -319,7 +333,7 @@ def test_on_a_kinesis_stream_the_cleanup_role_reads_that_stream_instead() -> Non
     needed = {action for call in calls for action in IAM_ACTIONS[call]} | LOGS | KINESIS_READ | SQS_MAPPING
     by_sid = {s["Sid"]: s for s in statements("CleanupRole", KinesisSource=True)}
 
-    assert granted("CleanupRole", KinesisSource=True) == needed
+    assert cleanup_role_granted(KinesisSource=True) == needed
     assert by_sid["ReadKinesisStream"]["Resource"] == {"Ref": "SessionTableStreamArn"}
 
 
