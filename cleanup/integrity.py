@@ -114,6 +114,7 @@ def check_digest(data: bytes, expected: object, where: str) -> None:
 def refused(runtime: Runtime, message_id: str, reason: str, error: str, where: str) -> None:
     """Count and log a message that is refused whole, and say what the operator does with it."""
     runtime.metrics.count("MessagesRefused", "Reason", reason)
+    runtime.metrics.flush()  # a refusal may end the batch: no outcome follows to flush it
     log.error(
         f"message refused ({reason}); nothing it names was freed, and it is kept in {where}",
         extra={

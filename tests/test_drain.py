@@ -4,6 +4,7 @@ its message."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from typing import Any
@@ -11,11 +12,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
 from cleanup.backlog import backlog_body
 from cleanup.backlog_drain import Message, clean
 from cleanup.deadletter import stored_letter
 from cleanup.integrity import seal
+from cleanup.runtime import Runtime
+from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, read_record
 from schemas.settings import AttributeNames
@@ -187,7 +191,9 @@ def test_a_malformed_message_fails_alone_and_its_batch_is_done(
     ended = stack.put_session("ended")
     stack.delete("ended")
     [(_, good)] = deferred(stack)
-    runtime = stack.runtime(backlog_queue_url=backlog)
+    settings = stack.settings(backlog_queue_url=backlog)
+    out = io.StringIO()
+    runtime = Runtime(settings, Clients(settings), Metrics(settings, MetricsSink("stdout", stream=out)))
     untagged = {name: value for name, value in json.loads(good).items() if name != "integrity"}
     bad = seal(json.dumps({**untagged, "remaining": [["grant"]]}), runtime)  # tagged: its shape alone is wrong
     messages = [Message("bad", bad, "rh-bad"), Message("good", good, "rh-good")]
@@ -197,6 +203,8 @@ def test_a_malformed_message_fails_alone_and_its_batch_is_done(
     assert left == []
     assert ended["grantId"] not in stack.grant_ids()
     assert on_queue(backlog_dlq) == [bad]
+    refusals = [json.loads(line) for line in out.getvalue().splitlines() if "MessagesRefused" in line]
+    assert [(doc["Reason"], doc["MessagesRefused"]) for doc in refusals] == [("unreadable", 1)]
 
 
 @pytest.mark.slow
