@@ -38,6 +38,7 @@ from cleanup.pipeline import run_batch
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
 from schemas.records import RecordError, StreamRecord, UnreadableRecord, read_record
+from schemas.settings import CleanupMode
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
@@ -188,6 +189,10 @@ def quarantine(bad: Sequence[tuple[Message, str]], runtime: Runtime, deadline: D
     stay in the backlog, released as any other, and reach it by maxReceiveCount)."""
     if not bad:
         return []
+    if runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:  # a dry run moves nothing either: counted, and kept
+        for message, why in bad:
+            refused(runtime, message.message_id, why.split(":", 1)[0], why, "the backlog (dry run)")
+        return [message for message, _ in bad]
     try:
         target = dead_letter_target(runtime, deadline)
     except CleanupError as exc:

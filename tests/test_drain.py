@@ -225,3 +225,12 @@ def test_any_unreadable_message_fails_alone_beside_a_good_one(
 
     one_bad_in_a_batch()
     assert ended["grantId"] not in stack.grant_ids()
+
+
+def test_a_dry_run_moves_no_refused_message(worker_env: SessionStack, backlog: str, backlog_dlq: str) -> None:
+    runtime = worker_env.runtime(backlog_queue_url=backlog, cleanup_mode="dry-run")
+    refused = Message("bad", '{"format": "session-cleanup.dead-letter.v1"}', "rh-bad")
+
+    left = clean([refused], runtime, Deadline.after(30))
+
+    assert left == [refused] and on_queue(backlog_dlq) == []
