@@ -364,3 +364,24 @@ def test_a_message_keeps_only_the_key_and_the_session_attributes(stack: SessionS
     [message] = messages(queue)
     assert set(message["record"]["dynamodb"]["OldImage"]) == {"pk", "sk", "tenantId", "scratchPrefix", "ttl"}
     assert message["record"]["dynamodb"]["Keys"] == {"pk": {"S": "session#private"}, "sk": {"S": "meta"}}
+
+
+def test_a_stored_record_overwritten_after_it_was_written_is_refused_by_redrive(
+    worker_env: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = worker_env
+    queue = new_queue(stack, MaximumMessageSize="4096")
+    live = stack.put_session("live")
+    item, key = stored_message(stack, queue, "ended")
+    whole = json.loads(stack.s3.get_object(Bucket=stack.bucket, Key=key)["Body"].read())
+    image = {**whole["record"]["dynamodb"]["OldImage"], "grantId": {"S": live["grantId"]}}
+    whole["record"]["dynamodb"]["OldImage"] = {**image, "scratchPrefix": {"S": live["scratchPrefix"]}}
+    stack.s3.put_object(Bucket=stack.bucket, Key=key, Body=json.dumps(whole).encode())
+    monkeypatch.setenv("KMS_KEY_ID", stack.key_arn)
+
+    code, summary = redrive(capsys, queue)
+
+    assert code == 1 and "integrity" in summary["kept"][0]["error"]
+    assert live["grantId"] in stack.grant_ids() and len(stack.objects(live["scratchPrefix"])) == 3
+    assert item["grantId"] in stack.grant_ids()  # its record cannot be vouched for: kept for an operator
+    assert key in stack.objects("dead-letter/") and len(messages(queue)) == 1
