@@ -7,9 +7,10 @@ are freed at their own pace, not at the grant quota's. What was done stays done.
 where a stream keeps a record 24 hours, and ``worker.backlog`` drains it through the same core, at the learnt rate:
 the live item is read again before every destructive call, however late.
 
-A message is the dead-letter message (``cleanup.deadletter``: the whole record, or, when too large, the claim-check
-object naming it) with ``remaining``, the actions left. Only when SQS has accepted it is the record handled; else it
-stays failed and is reported, and the stream delivers it again.
+A message is the dead-letter message (``cleanup.deadletter``: the record cut to what cleaning needs, or, when too
+large, the claim-check object naming it) with ``remaining``, the actions left, and its integrity tag over all of it
+(``cleanup.integrity``). Only when SQS has accepted it is the record handled; else it stays failed and is reported,
+and the stream delivers it again.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.deadletter import MESSAGE_FORMAT, Letter, batches, message_body, message_size, send_batch, stored_letter
-from cleanup.exceptions import CleanupError, PermanentError
+from cleanup.deadletter import MESSAGE_FORMAT, batches, letter, message_body, send_batch
+from cleanup.exceptions import CleanupError, MessageFormatError
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, UnreadableRecord
@@ -53,11 +54,9 @@ def defer(
         return outcomes
     letters = []
     for index in pending:
-        body = backlog_body(outcomes[index], records[index])
-        if message_size(body) <= limit:
-            letters.append(Letter(index, body))
-        elif deadline.remaining() > 0 and (letter := stored_letter(index, body, runtime, limit, deadline)):
-            letters.append(letter)
+        body = backlog_body(outcomes[index], records[index], names=runtime.settings.attributes)
+        if deadline.remaining() > 0 and (made := letter(index, body, runtime, limit, deadline)):
+            letters.append(made)
     result = list(outcomes)
     for batch in batches(letters):
         if deadline.remaining() <= 0:
@@ -71,35 +70,47 @@ def _deferrable(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> bo
     return outcome.failed and not outcome.permanent and isinstance(record, StreamRecord)
 
 
-def backlog_body(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> str:
-    """The dead-letter message of the record, with ``remaining``: the actions not done (all, when none ran).
+def backlog_body(
+    outcome: Outcome, record: StreamRecord | UnreadableRecord, *, names: AttributeNames | None = None
+) -> str:
+    """The (untagged) dead-letter message of the record, with ``remaining``: the actions not done (all, when none
+    ran).
 
     A step "kept" in a failed record is left too: the fence may have stopped it (the session came back while it was
     cleaned), and its next run reads the live item again, keeping it if it is still held.
     """
-    message = json.loads(message_body(outcome, record))
+    message = json.loads(message_body(outcome, record, names=names))
     done = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
     left = [action.action for action in outcome.actions if action.status not in done]
     message["remaining"] = left or list(ACTIONS)
     return json.dumps(message, default=str)
 
 
-def read_message(body: str) -> tuple[dict[str, Any], list[str]]:
-    """A backlog message's record (the claim-check ``recordObject`` still to be read, if so) and its actions left.
+def load_message(body: str) -> dict[str, Any]:
+    """A backlog message as a JSON object (its integrity is checked next, then :func:`remaining_actions`).
 
     Raises:
-        PermanentError: not a backlog message, or it names actions this worker does not know.
+        MessageFormatError: not JSON, or not a backlog message.
     """
     try:
         message = json.loads(body)
-    except ValueError as exc:
-        raise PermanentError(f"the backlog message is not JSON: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise MessageFormatError(f"the backlog message is not JSON: {exc}") from exc
     if not isinstance(message, dict) or message.get("format") != MESSAGE_FORMAT:
-        raise PermanentError("not a backlog message")
+        raise MessageFormatError("not a backlog message")
+    return message
+
+
+def remaining_actions(message: dict[str, Any]) -> list[str]:
+    """The actions a backlog message has left, each one this worker knows.
+
+    Raises:
+        MessageFormatError: none, or one that is not an action's name (whatever its JSON type).
+    """
     remaining = message.get("remaining")
-    if not isinstance(remaining, list) or not remaining or not set(remaining) <= set(ACTIONS):
-        raise PermanentError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
-    return message, [str(name) for name in remaining]
+    if not isinstance(remaining, list) or not remaining or not all(name in ACTIONS for name in remaining):
+        raise MessageFormatError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
+    return [str(name) for name in remaining]
 
 
 def only_remaining(raw: dict[str, Any], remaining: list[str], names: AttributeNames) -> dict[str, Any]:

@@ -9,6 +9,13 @@ stored in S3 (the claim-check) has its object deleted once it is clean (``claim_
 the location against DEAD_LETTER_BUCKET / DEAD_LETTER_PREFIX first, and leaves a "redriven" marker): a duplicate
 message that then finds the object gone and the marker there is done too.
 
+Before anything else each message's integrity tag is verified (``cleanup.integrity``), and a stored record's bytes
+against the digest the tag covers. A message that fails it, or that cannot be read at all (any JSON, any type in any
+field), is refused alone: counted (``MessagesRefused``), logged, and moved whole to the backlog's dead-letter queue
+(its RedrivePolicy's target; with none, it stays in the backlog); it frees nothing, and the other messages of its
+batch go on. A message written before INTEGRITY_KEY_ID was set is untagged and refused the same way: drain the backlog
+before the upgrade, or redrive what reaches the dead-letter queue by hand after checking it.
+
 A message not done is released with a growing visibility timeout (:func:`release_seconds`: a minute, doubling, at
 most 12 h), so that a message failing for days is received a few dozen times, not thousands: the queue's
 maxReceiveCount then moves it to the backlog's dead-letter queue while most of its 14 days are left.
@@ -16,19 +23,23 @@ maxReceiveCount then moves it to the backlog's dead-letter queue while most of i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
-from cleanup.backlog import only_remaining, read_message
-from cleanup.exceptions import CleanupError
+from cleanup.backlog import load_message, only_remaining, remaining_actions
+from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
+from cleanup.integrity import DIGEST_FIELD
+from cleanup.integrity_check import refused, verify
 from cleanup.operations.claim_check import Settled, StoredRecord, delete_stored, read_stored, settled
 from cleanup.pipeline import run_batch
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
 from schemas.records import RecordError, StreamRecord, UnreadableRecord, read_record
+from schemas.settings import CleanupMode
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import ChangeMessageVisibilityBatchRequestEntryTypeDef
@@ -85,20 +96,34 @@ def release_seconds(receives: int) -> int:
 
 
 def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> list[Message]:
-    """Clean what each message has left; returns the messages not done (to report, or to release)."""
+    """Clean what each message has left; returns the messages not done (to report, or to release).
+
+    A message refused (its tag, or its shape) is moved to the backlog's dead-letter queue and counts as done.
+    """
     left: list[Message] = []
+    bad: list[tuple[Message, str]] = []
     read: list[tuple[Message, StreamRecord | UnreadableRecord, StoredRecord | None]] = []
     for message in messages:
         try:
-            found = _read(message, runtime)
-        except (CleanupError, RecordError) as exc:
+            found = _read(message, runtime, deadline)
+        except IntegrityError as exc:
+            bad.append((message, f"integrity: {exc}"))
+            continue
+        except (MessageFormatError, RecordError) as exc:
+            bad.append((message, f"unreadable: {exc}"))
+            continue
+        except CleanupError as exc:
             log.error(
                 "backlog message not readable now; kept", extra={"messageId": message.message_id, "error": str(exc)}
             )
             left.append(message)
             continue
+        except Exception as exc:  # the per-message boundary: whatever the message holds, it fails alone
+            bad.append((message, f"unreadable: {type(exc).__name__}: {exc}"))
+            continue
         if found is not None:
             read.append((message, *found))
+    left += quarantine(bad, runtime, deadline)
     outcomes = run_batch([record for _, record, _ in read], runtime, deadline, backlog=False) if read else []
     for (message, _, stored), outcome in zip(read, outcomes, strict=True):
         if not _done(outcome) or (stored is not None and not _forget(runtime, stored, outcome)):
@@ -119,29 +144,34 @@ def _forget(runtime: Runtime, stored: StoredRecord, outcome: Outcome) -> bool:
     try:
         delete_stored(runtime, stored)
     except CleanupError as exc:
-        log.warning(
-            "stored backlog record not deleted; the message stays", extra={"object": str(stored), "error": str(exc)}
-        )
+        log.warning("stored backlog record not deleted; the message stays", extra={"error": str(exc)})
+        log.debug("stored backlog record not deleted", extra={"object": str(stored)})
         return False
     return True
 
 
-def _read(message: Message, runtime: Runtime) -> tuple[StreamRecord | UnreadableRecord, StoredRecord | None] | None:
+def _read(
+    message: Message, runtime: Runtime, deadline: Deadline
+) -> tuple[StreamRecord | UnreadableRecord, StoredRecord | None] | None:
     """The message's record, cut to its actions left, and its stored object if any; None: a duplicate, done.
 
     Raises:
-        CleanupError / RecordError: it cannot be read now (the message is kept).
+        IntegrityError / MessageFormatError / RecordError: refused (the message is moved, whole, for an operator).
+        CleanupError: it cannot be read now (the message is kept).
     """
-    body, remaining = read_message(message.body)
+    body = load_message(message.body)
+    verify(body, runtime, deadline)  # before anything it names is read, let alone freed
+    remaining = remaining_actions(body)
     stored = None
     location = body.get("recordObject")
     if isinstance(location, dict):  # the claim-check: only DEAD_LETTER_BUCKET / PREFIX, checked by read_stored
-        number = body.get("sequenceNumber")
+        number, version = body.get("sequenceNumber"), location.get("versionId")
         stored = StoredRecord(
             str(location.get("bucket")),
             str(location.get("key")),
-            location.get("versionId"),
+            version if isinstance(version, str) and version else None,
             number if isinstance(number, str) else None,
+            digest=body.get(DIGEST_FIELD),
         )
         whole = read_stored(runtime, stored)
         if whole is None:
@@ -153,6 +183,75 @@ def _read(message: Message, runtime: Runtime) -> tuple[StreamRecord | Unreadable
     if not isinstance(raw, dict):
         raise CleanupError("the backlog message holds no record")
     return read_record(only_remaining(raw, remaining, runtime.settings.attributes)), stored
+
+
+def quarantine(bad: Sequence[tuple[Message, str]], runtime: Runtime, deadline: Deadline) -> list[Message]:
+    """Move refused messages, whole, to the backlog's dead-letter queue; returns those that could not be moved (they
+    stay in the backlog, released as any other, and reach it by maxReceiveCount)."""
+    if not bad:
+        return []
+    if runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:  # a dry run moves nothing either: counted, and kept
+        for message, why in bad:
+            refused(runtime, message.message_id, why.split(":", 1)[0], why, "the backlog (dry run)")
+        return [message for message, _ in bad]
+    try:
+        target = dead_letter_target(runtime, deadline)
+    except CleanupError as exc:
+        target = None
+        log.warning("the backlog's dead-letter queue is unknown now", extra={"error": str(exc)})
+    kept = []
+    for message, why in bad:
+        moved = target is not None and _send(runtime, target, message, why, deadline)
+        refused(
+            runtime,
+            message.message_id,
+            why.split(":", 1)[0],
+            why,
+            "the backlog's dead-letter queue" if moved else "the backlog",
+        )
+        if not moved:
+            kept.append(message)
+    return kept
+
+
+def dead_letter_target(runtime: Runtime, deadline: Deadline | None) -> str | None:
+    """The URL of the backlog's dead-letter queue, from its RedrivePolicy (None: it has none).
+
+    Raises:
+        TransientError / PermanentError: SQS could not say now.
+    """
+    sqs, queue = runtime.clients.sqs, runtime.settings.backlog_queue_url
+    if not queue:
+        return None
+    answer = call(
+        sqs.get_queue_attributes, "GetQueueAttributes", deadline, QueueUrl=queue, AttributeNames=["RedrivePolicy"]
+    )
+    try:
+        arn = str(json.loads(answer.get("Attributes", {})["RedrivePolicy"])["deadLetterTargetArn"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    parts = arn.split(":")
+    if len(parts) != 6:
+        return None
+    account, name = parts[4], parts[5]
+    found = call(sqs.get_queue_url, "GetQueueUrl", deadline, QueueName=name, QueueOwnerAWSAccountId=account)
+    return str(found["QueueUrl"])
+
+
+def _send(runtime: Runtime, queue: str, message: Message, why: str, deadline: Deadline) -> bool:
+    try:
+        call(
+            runtime.clients.sqs.send_message,
+            "SendMessage",
+            deadline,
+            QueueUrl=queue,
+            MessageBody=message.body,
+            MessageAttributes={"refusedBecause": {"DataType": "String", "StringValue": why[:1000]}},
+        )
+    except CleanupError as exc:
+        log.warning("a refused message could not be moved; it stays in the backlog", extra={"error": str(exc)})
+        return False
+    return True
 
 
 def release(messages: Sequence[Message], runtime: Runtime, deadline: Deadline | None = None) -> None:

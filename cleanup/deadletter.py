@@ -8,7 +8,12 @@ SendMessageBatch carries at most 10 messages and 1 MiB in all, so batches are ma
 (non-ASCII escaped, so always valid SQS text), and its size is its UTF-8 length. A record whose message would be
 too large (escaping can triple an item's 400 KB) is stored as an S3 object under DEAD_LETTER_PREFIX in
 DEAD_LETTER_BUCKET (the claim-check pattern): the object holds the whole message, and the message sent carries
-``recordObject`` (bucket, key, version) in place of the record, with every other field.
+``recordObject`` (bucket, key, version) in place of the record, with every other field and ``recordDigest``.
+
+Every message sent carries an integrity tag (``cleanup.integrity``: a KMS HMAC over its whole content, the stored
+record's digest included), checked by the drain and redrive before they free anything it names. A record's images
+are cut to its keys and session attributes first (``cleanup.record_image``): the rest of the item never leaves the
+table. The object's key (it holds the sequence number) is logged at DEBUG only.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError
+from cleanup.integrity import DIGEST_FIELD, TAG_BYTES, digest, seal
+from cleanup.record_image import needed_only
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import StreamRecord, UnreadableRecord, record_id, split_record_id
-from schemas.settings import CleanupMode
+from schemas.settings import AttributeNames, CleanupMode
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -43,8 +50,11 @@ OBJECT_KEY = r"[0-9]{4}/[0-9]{2}/[0-9]{2}/(?:[0-9]{1,64}|unknown)-[0-9a-f]{32}\.
 _SEQUENCE_NUMBER = re.compile(r"[0-9]{1,64}")
 
 
-def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, attempts: int = 1) -> str:
-    """The dead-letter message: the full record as received, why it failed, and after how many tries.
+def message_body(
+    outcome: Outcome, record: StreamRecord | UnreadableRecord, attempts: int = 1, *, names: AttributeNames | None = None
+) -> str:
+    """The dead-letter message (untagged): the record with only the attributes cleaning needs (``names``: the
+    default ones when not given), why it failed, and after how many tries.
 
     The record's id is split into ``sequenceNumber`` and, for a record de-aggregated by the KCL,
     ``subSequenceNumber`` (``schemas.records.record_id``): the sequence number is the stream's own.
@@ -62,7 +72,7 @@ def message_body(outcome: Outcome, record: StreamRecord | UnreadableRecord, atte
             "attempts": attempts,
             "actions": [a.model_dump(mode="json") for a in outcome.actions],
             "failedAt": int(time.time()),
-            "record": record.raw,
+            "record": needed_only(record.raw, names or AttributeNames()),
         },
         default=str,
     )
@@ -159,17 +169,30 @@ def _letters(
     deadline: Deadline,
 ) -> list[Letter]:
     letters = []
+    names = runtime.settings.attributes
     for index in pending:
-        body = message_body(outcomes[index], records[index], attempts.get(outcomes[index].sequence_number, 1))
-        if message_size(body) <= limit:
-            letters.append(Letter(index, body))
-        elif deadline.remaining() <= 0:
-            log.error("out of time to store a dead-letter record; it stays failed", extra=_about(outcomes[index]))
-        else:
-            letter = stored_letter(index, body, runtime, limit, deadline)
-            if letter is not None:
-                letters.append(letter)
+        tries = attempts.get(outcomes[index].sequence_number, 1)
+        made = letter(
+            index, message_body(outcomes[index], records[index], tries, names=names), runtime, limit, deadline
+        )
+        if made is not None:
+            letters.append(made)
     return letters
+
+
+def letter(index: int, body: str, runtime: Runtime, limit: int, deadline: Deadline) -> Letter | None:
+    """The tagged message carrying ``body``, or, when too large, naming where it is stored (None: it stays failed)."""
+    about = {"sequenceNumber": json.loads(body).get("sequenceNumber")}
+    if message_size(body) + TAG_BYTES > limit:
+        if deadline.remaining() <= 0:
+            log.error("out of time to store a dead-letter record; it stays failed", extra=about)
+            return None
+        return stored_letter(index, body, runtime, limit, deadline)
+    try:
+        return Letter(index, call_with_retry(lambda: seal(body, runtime, deadline), runtime.settings, deadline))
+    except CleanupError as exc:
+        log.error("could not tag a message for its queue; the record stays failed", extra={**about, "error": str(exc)})
+        return None
 
 
 def stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline: Deadline) -> Letter | None:
@@ -184,14 +207,16 @@ def stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline:
     key = object_key(settings.dead_letter_prefix, str(message.get("sequenceNumber")))
     try:
         location = call_with_retry(lambda: _put(runtime.clients.s3, bucket, key, body, deadline), settings, deadline)
+        untagged = pointer_body(message, location, limit - TAG_BYTES, digest(body.encode("utf-8")))
+        if untagged is None:
+            log.error("even the message naming a stored record is too large; it stays failed", extra=about)
+            return None
+        pointer = call_with_retry(lambda: seal(untagged, runtime, deadline), settings, deadline)
     except CleanupError as exc:
         log.error("could not store a dead-letter record; it stays failed", extra={**about, "error": str(exc)})
         return None
-    pointer = pointer_body(message, location, limit)
-    if pointer is None:
-        log.error("even the message naming a stored record is too large; it stays failed", extra=about)
-        return None
-    log.info("record too large for a message: stored for the dead-letter queue", extra={**about, **location})
+    log.info("record too large for a message: stored for the dead-letter queue", extra=about)
+    log.debug("stored record", extra={**about, **location})  # the key holds the sequence number: DEBUG only
     return Letter(index, pointer, stored=key)
 
 
@@ -210,14 +235,16 @@ def is_object_key(key: str, prefix: str) -> bool:
     return re.fullmatch(re.escape(prefix) + OBJECT_KEY, key) is not None
 
 
-def pointer_body(message: dict[str, Any], location: dict[str, str], limit: int) -> str | None:
-    """The message naming the stored record: every field but the record, and ``recordObject``.
+def pointer_body(message: dict[str, Any], location: dict[str, str], limit: int, record_digest: str) -> str | None:
+    """The message naming the stored record: every field but the record, ``recordObject`` and ``recordDigest`` (the
+    digest of the object's bytes, which the message's integrity tag then covers).
 
     When that is still over ``limit`` (an error quoting a huge item attribute), the error is shortened and the actions
     cut to their names and statuses, with ``truncated``: both are whole in the object. None if even that is too large.
     """
     pointer = {name: value for name, value in message.items() if name != "record"}
     pointer["recordObject"] = location
+    pointer[DIGEST_FIELD] = record_digest
     body = json.dumps(pointer, default=str)
     if message_size(body) <= limit:
         return body
@@ -249,12 +276,14 @@ def _out_of_time(unsent: list[Letter]) -> None:
     stored = [letter.stored for letter in unsent if letter.stored]
     log.error(
         "out of time to send to the dead-letter queue; the records stay failed",
-        extra={"records": len(unsent), "storedObjects": stored},
+        extra={"records": len(unsent), "storedObjects": len(stored)},
     )
+    _debug_stored(stored)
 
 
-def _about(outcome: Outcome) -> dict[str, Any]:
-    return {"sequenceNumber": outcome.sequence_number}
+def _debug_stored(stored: list[str]) -> None:
+    if stored:  # left for the prefix's lifecycle rule; the keys hold sequence numbers: DEBUG only
+        log.debug("stored records not sent", extra={"storedObjects": stored})
 
 
 def send_batch(runtime: Runtime, queue: str, batch: list[Letter], deadline: Deadline) -> list[int]:
@@ -274,12 +303,11 @@ def send_batch(runtime: Runtime, queue: str, batch: list[Letter], deadline: Dead
     except CleanupError as exc:
         log.error(
             "dead-letter queue send failed; the records stay failed",
-            extra={"error": str(exc), "storedObjects": list(stored.values())},
+            extra={"error": str(exc), "storedObjects": len(stored)},
         )
+        _debug_stored(list(stored.values()))
         return []
     for failure in response.get("Failed", []):
-        log.error(
-            "dead-letter queue refused a record; it stays failed",
-            extra={"error": failure.get("Message"), "storedObject": stored.get(str(failure.get("Id")))},
-        )
+        log.error("dead-letter queue refused a record; it stays failed", extra={"error": failure.get("Message")})
+        _debug_stored([key] if (key := stored.get(str(failure.get("Id")))) else [])
     return [int(entry["Id"]) for entry in response.get("Successful", [])]

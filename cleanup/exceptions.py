@@ -29,6 +29,8 @@ its lease, a sweep's conditional delete) translate the rest the same way.
           ├── CheckpointTableError    the checkpoint table refused a call (a missing permission...): the consumer stops
           ├── StreamNotFoundError     the table has no stream, or the stream (or shard) no longer exists
           ├── MessageFormatError      redrive: a message that is neither an on-failure nor a dead-letter message
+          ├── IntegrityError          a dead-letter or backlog message (or its stored record) whose integrity tag
+          │                           is missing or wrong: the worker cannot vouch for it, and frees nothing
           └── SourceFileError         replay: a file that is missing, not JSON, or of no known shape
     NowHeldError                      the fence keeps a resource: a live session under the same key holds it, or the
                                       session was re-created while being cleaned (the step is "kept", not failed)
@@ -148,6 +150,11 @@ class StreamNotFoundError(PermanentError):
 
 class MessageFormatError(PermanentError):
     """A message that is neither an on-failure destination message nor a dead-letter message."""
+
+
+class IntegrityError(PermanentError):
+    """A message the worker says it wrote, but cannot vouch for: its integrity tag is missing or does not verify, or
+    its stored record is not the one the tag covers. Nothing it names is freed; it is counted and kept."""
 
 
 class SourceFileError(PermanentError):

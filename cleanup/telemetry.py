@@ -146,6 +146,11 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("SessionsPlanned", "Reason", "a dry run: sessions it would have cleaned (never counted as cleaned)"),
     Metric("RecordsDeferred", "", "records sent to the backlog, with the actions they have left (a quota, or a pause)"),
+    Metric(
+        "MessagesRefused",
+        "Reason (integrity, unreadable)",
+        "backlog and dead-letter messages the worker cannot vouch for or read: nothing they name is freed, they are kept",
+    ),
     Metric("ModeChanges", "Mode", "the kill switch: each change of mode a process takes"),
     Metric("PausedBatches", "", "the kill switch: batches held while paused"),
     Metric("ReconcileFreed", "Resource (grant, scratch, registry)", "reconcile: resources of gone sessions freed"),

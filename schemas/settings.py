@@ -165,6 +165,10 @@ class Settings(BaseSettings):
     unset: SCRATCH_BUCKET."""
     dead_letter_prefix: str = "dead-letter/"
     """DEAD_LETTER_PREFIX: key prefix of those objects; in the scratch bucket it must lie outside SCRATCH_ROOT."""
+    integrity_key_id: str | None = None
+    """INTEGRITY_KEY_ID: the KMS HMAC key (HMAC_256) that tags every dead-letter and backlog message the worker
+    writes (GenerateMac) and that the drain and redrive verify (VerifyMac) before they free anything a message names.
+    Unset: messages are written untagged, and the drain and redrive free nothing from one (they keep it)."""
     max_concurrency: int = Field(default=32, ge=1, le=512)
     """MAX_CONCURRENCY: records cleaned at once (threads; the HTTP pool is sized to match)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)

@@ -55,6 +55,7 @@ def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionS
     for name, value in {
         "SCRATCH_BUCKET": stack.bucket,
         "KMS_KEY_ID": stack.key_arn,
+        "INTEGRITY_KEY_ID": stack.mac_key_arn,
         "SESSION_TABLE": stack.table,
         "WS_CALLBACK_URL": stack.aws.endpoint_url,
         "METRICS_DESTINATION": "off",

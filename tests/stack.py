@@ -45,6 +45,8 @@ class SessionStack:
     s3: Any = field(repr=False)
     kms: Any = field(repr=False)
     streams: Any = field(repr=False)
+    mac_key_arn: str = ""
+    """The HMAC key that tags the worker's own messages (INTEGRITY_KEY_ID)."""
     _iterator: str | None = None
 
     @classmethod
@@ -60,6 +62,7 @@ class SessionStack:
         if versioned:
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
         key_arn = kms.create_key(Description=f"grants for {table}")["KeyMetadata"]["Arn"]
+        mac_key = kms.create_key(Description=f"messages of {table}", KeySpec="HMAC_256", KeyUsage="GENERATE_VERIFY_MAC")
         return cls(
             aws=aws,
             table=table,
@@ -70,6 +73,7 @@ class SessionStack:
             s3=s3,
             kms=kms,
             streams=shared_client("dynamodbstreams"),
+            mac_key_arn=mac_key["KeyMetadata"]["Arn"],
         )
 
     # Settings and runtime pointed at this stack.
@@ -77,6 +81,7 @@ class SessionStack:
         values: dict[str, Any] = {
             "scratch_bucket": self.bucket,
             "kms_key_id": self.key_arn,
+            "integrity_key_id": self.mac_key_arn,
             "session_table": self.table,
             "metrics_destination": "off",
             "retry_max_wait_seconds": 0.05,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections import Counter
@@ -12,6 +13,7 @@ import pytest
 
 from cleanup.aws.retry import Deadline
 from cleanup.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
+from cleanup.integrity import seal
 from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from schemas.records import read_lambda_event
@@ -62,7 +64,7 @@ def removes(event: dict[str, Any]) -> list[dict[str, Any]]:
 def test_ten_large_permanent_failures_in_one_batch_are_all_dead_lettered(stack: SessionStack) -> None:
     queue = new_queue(stack)
     for n in range(10):
-        stack.put_session(f"big{n}", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "blob": "x" * LARGE})
+        stack.put_session(f"big{n}", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "tenantId": "x" * LARGE})
         stack.delete(f"big{n}")
     event = stack.lambda_event()
     runtime = stack.runtime(dead_letter_queue_url=queue)
@@ -95,7 +97,7 @@ def test_batches_hold_at_most_ten_messages_and_one_mebibyte() -> None:
 
 def test_a_message_is_counted_in_utf8_bytes_and_sent_as_ascii_json(stack: SessionStack) -> None:
     queue = new_queue(stack)
-    stack.put_session("accents", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "note": "é" * 1000})
+    stack.put_session("accents", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "tenantId": "é" * 1000})
     stack.delete("accents")
     runtime = stack.runtime(dead_letter_queue_url=queue)
 
@@ -104,7 +106,7 @@ def test_a_message_is_counted_in_utf8_bytes_and_sent_as_ascii_json(stack: Sessio
     [raw] = client("sqs").receive_message(QueueUrl=queue)["Messages"]
     assert raw["Body"].isascii() and "\\u00e9" * 1000 in raw["Body"]
     assert message_size(raw["Body"]) == len(raw["Body"])
-    assert json.loads(raw["Body"])["record"]["dynamodb"]["OldImage"]["note"] == {"S": "é" * 1000}
+    assert json.loads(raw["Body"])["record"]["dynamodb"]["OldImage"]["tenantId"] == {"S": "é" * 1000}
 
 
 def test_the_queues_maximum_message_size_is_read_once_and_decides_what_is_stored(stack: SessionStack) -> None:
@@ -112,7 +114,7 @@ def test_the_queues_maximum_message_size_is_read_once_and_decides_what_is_stored
     runtime = stack.runtime(dead_letter_queue_url=queue)
     calls = counted(runtime)
     for name, size in (("small", 10), ("medium", 5_000)):
-        stack.put_session(name, objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "blob": "x" * size})
+        stack.put_session(name, objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "tenantId": "x" * size})
         stack.delete(name)
         assert invoke(runtime, stack.lambda_event()) == {"batchItemFailures": []}
 
@@ -127,7 +129,7 @@ def test_a_record_too_large_for_a_message_goes_through_s3_and_redrive_cleans_it(
 ) -> None:
     stack = worker_env
     queue = new_queue(stack)
-    item = stack.put_session("huge", extra={"note": EMOJI * HUGE})
+    item = stack.put_session("huge", extra={"tenantId": EMOJI * HUGE})
     stack.delete("huge")
     event = stack.lambda_event()
     [record] = removes(event)
@@ -177,7 +179,7 @@ def test_an_error_too_long_for_the_message_is_shortened_there_and_whole_in_the_o
 
 def test_a_stored_record_is_not_dead_lettered_when_its_object_cannot_be_written(stack: SessionStack) -> None:
     queue = new_queue(stack, MaximumMessageSize="4096")
-    stack.put_session("nowhere", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "blob": "x" * 5_000})
+    stack.put_session("nowhere", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "tenantId": "x" * 5_000})
     stack.delete("nowhere")
     event = stack.lambda_event()
     [record] = removes(event)
@@ -206,7 +208,7 @@ def test_a_dry_run_redrive_keeps_the_stored_record_and_its_message(
 
 def stored_message(stack: SessionStack, queue: str, session: str) -> tuple[dict[str, Any], str]:
     """Dead-letter one record through S3 (a 4 KiB queue); returns its item and its object's key."""
-    item = stack.put_session(session, extra={"blob": "x" * 5_000})
+    item = stack.put_session(session, extra={"tenantId": "x" * 5_000})
     stack.delete(session)
     runtime = stack.runtime(dead_letter_queue_url=queue, kms_key_id=None)
     assert invoke(runtime, stack.lambda_event()) == {"batchItemFailures": []}
@@ -279,9 +281,11 @@ def test_a_message_naming_an_object_the_worker_did_not_store_deletes_nothing(
     stack.s3.create_bucket(Bucket=other)
     stack.s3.put_object(Bucket=other, Key=key, Body=b"{}")
     forged = {**message, "recordObject": {k: v.format(bucket=stack.bucket, key=key) for k, v in where.items()}}
+    forged.pop("integrity")
     sqs = client("sqs")
     sqs.purge_queue(QueueUrl=queue)
-    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(forged))
+    # Tagged again, as if the key had tagged it: the location check stands behind the tag on its own.
+    sqs.send_message(QueueUrl=queue, MessageBody=seal(json.dumps(forged), stack.runtime()))
 
     code, summary = redrive(capsys, queue)
 
@@ -323,9 +327,10 @@ def test_out_of_time_between_requests_names_every_stored_record_left_unsent(
 ) -> None:
     # 25 stored records: three SendMessageBatch requests. The deadline passes as the first is answered; the two
     # after it are not tried, and the ERROR line names every object they would have carried (the objects stay).
+    caplog.set_level(logging.DEBUG, logger="cleanup")
     queue = new_queue(stack, MaximumMessageSize="4096")
     for n in range(25):
-        stack.put_session(f"late-{n}", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "blob": "x" * 5_000})
+        stack.put_session(f"late-{n}", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "tenantId": "x" * 5_000})
         stack.delete(f"late-{n}")
     records = read_lambda_event(stack.lambda_event())
     outcomes = run_batch(records, stack.runtime(), Deadline())
@@ -342,6 +347,41 @@ def test_out_of_time_between_requests_names_every_stored_record_left_unsent(
     assert [o.dead_lettered for o in result if o.failed].count(True) == 10
     assert len(messages(queue)) == 10
     [line] = [r for r in caplog.records if r.getMessage().startswith("out of time to send to the dead-letter")]
+    [keys] = [r for r in caplog.records if r.getMessage() == "stored records not sent"]
     stored = [k for k in stack.objects("dead-letter/") if k.endswith(".json")]
-    assert line.records == 15 and len(line.storedObjects) == 15 and set(line.storedObjects) <= set(stored)
+    assert (line.levelname, line.records, line.storedObjects) == ("ERROR", 15, 15)
+    assert keys.levelname == "DEBUG" and len(keys.storedObjects) == 15 and set(keys.storedObjects) <= set(stored)
     assert len(stored) == 25
+
+
+def test_a_message_keeps_only_the_key_and_the_session_attributes(stack: SessionStack) -> None:
+    queue = new_queue(stack)
+    stack.put_session("private", objects=0, grant=False, extra={"scratchPrefix": UNSAFE, "profile": "user's own"})
+    stack.delete("private")
+
+    assert invoke(stack.runtime(dead_letter_queue_url=queue), stack.lambda_event()) == {"batchItemFailures": []}
+
+    [message] = messages(queue)
+    assert set(message["record"]["dynamodb"]["OldImage"]) == {"pk", "sk", "tenantId", "scratchPrefix", "ttl"}
+    assert message["record"]["dynamodb"]["Keys"] == {"pk": {"S": "session#private"}, "sk": {"S": "meta"}}
+
+
+def test_a_stored_record_overwritten_after_it_was_written_is_refused_by_redrive(
+    worker_env: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = worker_env
+    queue = new_queue(stack, MaximumMessageSize="4096")
+    live = stack.put_session("live")
+    item, key = stored_message(stack, queue, "ended")
+    whole = json.loads(stack.s3.get_object(Bucket=stack.bucket, Key=key)["Body"].read())
+    image = {**whole["record"]["dynamodb"]["OldImage"], "grantId": {"S": live["grantId"]}}
+    whole["record"]["dynamodb"]["OldImage"] = {**image, "scratchPrefix": {"S": live["scratchPrefix"]}}
+    stack.s3.put_object(Bucket=stack.bucket, Key=key, Body=json.dumps(whole).encode())
+    monkeypatch.setenv("KMS_KEY_ID", stack.key_arn)
+
+    code, summary = redrive(capsys, queue)
+
+    assert code == 1 and "integrity" in summary["kept"][0]["error"]
+    assert live["grantId"] in stack.grant_ids() and len(stack.objects(live["scratchPrefix"])) == 3
+    assert item["grantId"] in stack.grant_ids()  # its record cannot be vouched for: kept for an operator
+    assert key in stack.objects("dead-letter/") and len(messages(queue)) == 1

@@ -4,21 +4,28 @@ its message."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
 from cleanup.backlog import backlog_body
 from cleanup.backlog_drain import Message, clean
 from cleanup.deadletter import stored_letter
+from cleanup.integrity import seal
+from cleanup.runtime import Runtime
+from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, read_record
 from schemas.settings import AttributeNames
 from tests.queues import on_queue, send
-from tests.stack import SessionStack, client
+from tests.stack import SessionStack, client, to_av
+from tests.strategies import bodies
 from worker import cli
 
 
@@ -36,7 +43,7 @@ def deferred(stack: SessionStack) -> list[tuple[StreamRecord, str]]:
         record = read_record(raw)
         if isinstance(record, StreamRecord) and raw["eventName"] == "REMOVE":
             outcome = Outcome(sequence_number=record.sequence_number, status=Status.DEFERRED, error="no turn")
-            found.append((record, backlog_body(outcome, record)))
+            found.append((record, seal(backlog_body(outcome, record), stack.runtime())))
     return found
 
 
@@ -128,7 +135,102 @@ def test_a_deferred_grant_of_a_table_keyed_by_its_connection_is_retired(stack: S
         ws_callback_url=stack.aws.endpoint_url,
     )
 
-    left = clean([Message("m1", backlog_body(outcome, record), "rh")], runtime, Deadline.after(30))
+    body = seal(backlog_body(outcome, record, names=runtime.settings.attributes), runtime)
+
+    left = clean([Message("m1", body, "rh")], runtime, Deadline.after(30))
 
     assert left == []
     assert grant not in stack.grant_ids()
+
+
+@pytest.fixture
+def backlog_dlq(backlog: str) -> str:
+    """The backlog's dead-letter queue, named by the backlog's RedrivePolicy (as the template makes it)."""
+    sqs = client("sqs")
+    url = str(sqs.create_queue(QueueName=backlog.rsplit("/", 1)[-1] + "-dlq")["QueueUrl"])
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 20})
+    sqs.set_queue_attributes(QueueUrl=backlog, Attributes={"RedrivePolicy": policy})
+    return url
+
+
+def ghost_image(live: dict[str, Any]) -> dict[str, Any]:
+    """An image of a key no item has, naming ``live``'s resources (what a forger would write)."""
+    return to_av({**live, "pk": "session#ghost", "sk": "meta"})
+
+
+def test_a_stored_record_overwritten_to_name_a_live_session_frees_nothing(
+    worker_env: SessionStack, backlog: str, backlog_dlq: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = worker_env
+    live = stack.put_session("live")
+    ended = stack.put_session("ended")
+    stack.delete("ended")
+    [(_, body)] = deferred(stack)
+    letter = stored_letter(0, body, stack.runtime(), limit=len(body) - 1, deadline=Deadline.after(10))
+    assert letter is not None and letter.stored
+    whole = json.loads(stack.s3.get_object(Bucket=stack.bucket, Key=letter.stored)["Body"].read())
+    whole["record"]["dynamodb"]["Keys"] = ghost_image({"pk": "", "sk": ""})
+    whole["record"]["dynamodb"]["OldImage"] = ghost_image(live)
+    stack.s3.put_object(Bucket=stack.bucket, Key=letter.stored, Body=json.dumps(whole).encode())
+    send(backlog, letter.body)
+
+    code, summary = drain(capsys)
+
+    assert live["grantId"] in stack.grant_ids() and len(stack.objects(live["scratchPrefix"])) == 3
+    assert ended["grantId"] in stack.grant_ids()  # its record cannot be vouched for: kept for an operator
+    assert stack.objects(letter.stored) == [letter.stored]
+    assert on_queue(backlog) == [] and on_queue(backlog_dlq) == [letter.body]
+    assert (code, summary["done"]) == (0, 1)  # done here: moved, whole, to the backlog's dead-letter queue
+
+
+def test_a_malformed_message_fails_alone_and_its_batch_is_done(
+    worker_env: SessionStack, backlog: str, backlog_dlq: str
+) -> None:
+    stack = worker_env
+    ended = stack.put_session("ended")
+    stack.delete("ended")
+    [(_, good)] = deferred(stack)
+    settings = stack.settings(backlog_queue_url=backlog)
+    out = io.StringIO()
+    runtime = Runtime(settings, Clients(settings), Metrics(settings, MetricsSink("stdout", stream=out)))
+    untagged = {name: value for name, value in json.loads(good).items() if name != "integrity"}
+    bad = seal(json.dumps({**untagged, "remaining": [["grant"]]}), runtime)  # tagged: its shape alone is wrong
+    messages = [Message("bad", bad, "rh-bad"), Message("good", good, "rh-good")]
+
+    left = clean(messages, runtime, Deadline.after(30))
+
+    assert left == []
+    assert ended["grantId"] not in stack.grant_ids()
+    assert on_queue(backlog_dlq) == [bad]
+    refusals = [json.loads(line) for line in out.getvalue().splitlines() if "MessagesRefused" in line]
+    assert [(doc["Reason"], doc["MessagesRefused"]) for doc in refusals] == [("unreadable", 1)]
+
+
+@pytest.mark.slow
+def test_any_unreadable_message_fails_alone_beside_a_good_one(
+    worker_env: SessionStack, backlog: str, backlog_dlq: str
+) -> None:
+    stack = worker_env
+    ended = stack.put_session("ended")
+    stack.delete("ended")
+    [(_, good)] = deferred(stack)
+    runtime = stack.runtime(backlog_queue_url=backlog)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(bodies(good))
+    def one_bad_in_a_batch(bad: str) -> None:
+        left = clean([Message("bad", bad, "rh-bad"), Message("good", good, "rh-good")], runtime, Deadline.after(30))
+        assert left == []  # the good one cleaned, the bad one moved to the backlog's dead-letter queue
+
+    one_bad_in_a_batch()
+    assert ended["grantId"] not in stack.grant_ids()
+
+
+def test_a_dry_run_moves_no_refused_message(worker_env: SessionStack, backlog: str, backlog_dlq: str) -> None:
+    runtime = worker_env.runtime(backlog_queue_url=backlog, cleanup_mode="dry-run")
+    refused = Message("bad", '{"format": "session-cleanup.dead-letter.v1"}', "rh-bad")
+
+    left = clean([refused], runtime, Deadline.after(30))
+
+    assert left == [refused] and on_queue(backlog_dlq) == []

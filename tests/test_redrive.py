@@ -7,12 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from cleanup.deadletter import message_body
+from cleanup.integrity import seal
+from cleanup.operations.redrive import redrive as redrive_message
 from schemas.outcomes import Outcome, Status
 from schemas.records import Source, read_record
 from tests.queues import on_queue, redrive, send
-from tests.stack import SessionStack, client
+from tests.stack import SessionStack, client, to_av
+from tests.strategies import bodies
 from worker import cli
 from worker import redrive as redrive_command
 
@@ -152,7 +156,7 @@ def test_a_dead_letter_message_is_cleaned_from_the_record_it_carries(worker_env,
     raw = stack.lambda_event()["Records"][-1]
     record = read_record(raw, Source.LAMBDA)
     failed = Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="AccessDenied")
-    send(queue, message_body(failed, record))
+    send(queue, seal(message_body(failed, record), stack.runtime()))
 
     code, summary = redrive(capsys, queue)
 
@@ -210,3 +214,45 @@ def test_each_message_is_reported_as_soon_as_it_is_redriven(worker_env, queue, c
     assert code == 0
     assert printed_before[0] == ""
     assert "2 records, 2 clean  deleted" in printed_before[1]  # the first message, before the second one ran
+
+
+def forged_removal(stack: SessionStack, live: dict[str, Any]) -> str:
+    """A hand-made dead-letter message: SESSION_TABLE's stream, a key no item has, ``live``'s resources."""
+    [insert] = [r for r in stack.lambda_event()["Records"] if r["eventName"] == "INSERT"]
+    image = to_av({**live, "pk": "session#ghost", "sk": "meta"})
+    dynamodb = {**insert["dynamodb"], "Keys": {"pk": image["pk"], "sk": image["sk"]}, "OldImage": image}
+    dynamodb.pop("NewImage")
+    record = read_record({**insert, "eventName": "REMOVE", "dynamodb": dynamodb}, Source.LAMBDA)
+    return message_body(Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="x"), record)
+
+
+def test_a_hand_made_dead_letter_message_naming_a_live_session_frees_nothing(worker_env, queue, capsys):
+    stack = worker_env
+    live = stack.put_session("live", connection_id="conn-live")
+    body = forged_removal(stack, live)
+    send(queue, body)
+
+    code, summary = redrive(capsys, queue)
+
+    assert live["grantId"] in stack.grant_ids() and len(stack.objects(live["scratchPrefix"])) == 3
+    assert code == 1 and "integrity" in summary["kept"][0]["error"]
+    assert on_queue(queue) == [body]  # kept for an operator, never deleted silently
+
+
+@pytest.mark.slow
+def test_any_unreadable_message_is_reported_alone_and_never_raises(stack: SessionStack) -> None:
+    ended = stack.put_session("ended")
+    stack.delete("ended")
+    raw = stack.lambda_event()["Records"][-1]
+    record = read_record(raw, Source.LAMBDA)
+    good = message_body(Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="x"), record)
+    batch_info = on_failure(stack, [raw], batchSize=[1])
+    runtime = stack.runtime()
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(bodies(good) | bodies(batch_info))
+    def one_bad(bad: str) -> None:
+        assert not redrive_message(bad, runtime).settled
+
+    one_bad()
+    assert ended["grantId"] in stack.grant_ids()

@@ -52,6 +52,10 @@ IAM_ACTIONS: dict[str, set[str]] = {
     "list_grants": {"kms:ListGrants"},
     "delete_connection": {"execute-api:ManageConnections"},
     "send_message_batch": {"sqs:SendMessage"},
+    "send_message": {"sqs:SendMessage"},
+    "get_queue_url": {"sqs:GetQueueUrl"},
+    "generate_mac": {"kms:GenerateMac"},
+    "verify_mac": {"kms:VerifyMac"},
     "get_queue_attributes": {"sqs:GetQueueAttributes"},
     "put_object": {"s3:PutObject"},
     "get_object": {"s3:GetObject", "s3:GetObjectVersion"},  # a stored record is read by its version

@@ -6,7 +6,9 @@ the live item read again first as always, at the rate the service allows. A mess
 reported (``batchItemFailures``) and released with a growing visibility timeout (a minute, doubling, 12 h at most),
 so that it comes back a few times a day at most, and after the queue's maxReceiveCount moves to the backlog's
 dead-letter queue. A record that fails permanently goes to DEAD_LETTER_QUEUE_URL as any other, and its message is
-done. Nothing is deferred again from here: BACKLOG_QUEUE_URL only names the queue messages are released on. Paused by
+done. A message whose integrity tag does not verify, or that cannot be read at all, frees nothing and is moved,
+whole, to the backlog's dead-letter queue (``cleanup.backlog_drain``); the rest of its batch goes on. Nothing is
+deferred again from here: BACKLOG_QUEUE_URL only names the queue messages are released on. Paused by
 the kill switch, every message is reported and released.
 """
 

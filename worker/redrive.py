@@ -8,6 +8,9 @@ Redrive sends nothing to the dead-letter queue: the message it is redriving alre
 it is what loses nothing. A dry run (CLEANUP_MODE=dry-run) plans every record and deletes no message and no stored
 record: it reports which messages an enforce run would delete.
 
+A dead-letter message is redriven only once its integrity tag verifies with INTEGRITY_KEY_ID (the operator needs
+kms:VerifyMac on that key); one that does not, or any body neither kind of message, is kept and reported alone.
+
 Only SESSION_TABLE's records are sessions (a message may name any table or stream): without it the command refuses
 to start.
 

@@ -14,6 +14,10 @@ a few bytes, written only for the few records too large for a message, and need 
 consistent, and the prefix's lifecycle rule (15 days, past the queues' 14-day retention) removes them once no message
 can name their record any more. The marker keys never have the shape of a stored record's key, so no message can
 name one as a record.
+
+An object's bytes are checked against the digest its message names (``recordDigest``, covered by the message's
+integrity tag: ``cleanup.integrity``) before anything in it is trusted: an object overwritten after the worker wrote
+it is refused, and left where it is.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws.calls import call, call_or_gone
 from cleanup.deadletter import MESSAGE_FORMAT, is_object_key
 from cleanup.exceptions import PermanentError
+from cleanup.integrity import check_digest
 from cleanup.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -48,6 +53,8 @@ class StoredRecord:
     sequence_number: str | None
     message: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The message naming the object, as received (saved when the object turns out to be lost)."""
+    digest: object = field(default=None, compare=False, repr=False)
+    """``recordDigest``: the digest of the object's bytes, as the message's (verified) integrity tag covers it."""
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
@@ -64,6 +71,7 @@ def read_stored(runtime: Runtime, stored: StoredRecord) -> dict[str, Any] | None
     """The whole dead-letter message (with its record) a message's object holds; None when the object is missing.
 
     Raises:
+        IntegrityError: the object's bytes are not those its message's digest names (changed since it was written).
         PermanentError: the message names an object outside DEAD_LETTER_BUCKET / DEAD_LETTER_PREFIX, or the object is
             not the dead-letter message of that record.
         TransientError: S3 could not be read now.
@@ -79,6 +87,7 @@ def read_stored(runtime: Runtime, stored: StoredRecord) -> dict[str, Any] | None
     if int(answer.get("ContentLength") or 0) > MAX_STORED_BYTES:
         raise PermanentError(f"the record's object {stored} is larger than {MAX_STORED_BYTES} bytes")
     data = call(answer["Body"].read, "GetObject", None)  # the body streams: reading it may fail too
+    check_digest(data, stored.digest, "object")
     try:
         message = json.loads(data)
     except ValueError as exc:

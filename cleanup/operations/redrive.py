@@ -15,6 +15,13 @@ Two kinds of message name records to redo:
   missing is a duplicate when the marker is there, and goes; with no marker the record was lost some other way: the
   message is saved beside where the object was, reported once (``gone``), and goes.
 
+A dead-letter message is trusted only once its integrity tag verifies (``cleanup.integrity``: the worker wrote it,
+and nobody changed it since), and a stored record only once its bytes match the digest the tag covers. One that
+fails is refused: nothing it names is freed, it is counted (``MessagesRefused``) and logged, and it stays on the
+queue for an operator. An on-failure message needs no tag: it names only a range of SESSION_TABLE's stream, whose
+records are read again from the stream itself. Any body that is neither (any JSON, any type in any field) is reported
+alone and kept; the other messages go on.
+
 Only SESSION_TABLE's records are sessions: an on-failure message naming another table's DynamoDB stream is refused
 (reported and kept, nothing read), and a record naming another table is skipped (``cleanup.classify``).
 
@@ -26,10 +33,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
-from cleanup.exceptions import CleanupError, MessageFormatError, StreamNotFoundError
+from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
+from cleanup.integrity import DIGEST_FIELD
+from cleanup.integrity_check import refused, verify
 from cleanup.operations.claim_check import (
     Settled,
     StoredRecord,
@@ -40,38 +49,12 @@ from cleanup.operations.claim_check import (
     report_lost,
     settled,
 )
+from cleanup.operations.stream_ranges import BatchRange, Lost, read_kinesis_range, read_range
 from cleanup.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime
-from cleanup.streams.kinesis import read_shard_range
-from cleanup.streams.reader import ShardReader, list_shards
 from schemas.outcomes import Outcome
-from schemas.records import RecordError, Source, read_kinesis_bytes, read_record, sequence_number_of, stream_table
+from schemas.records import RecordError, Source, read_record, stream_table
 from schemas.settings import CleanupMode
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
-    from mypy_boto3_kinesis import KinesisClient
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRange:
-    """``DDBStreamBatchInfo`` (or ``KinesisBatchInfo``, ``kinesis``): the records of one failed invocation."""
-
-    stream_arn: str
-    shard_id: str
-    start: str
-    end: str
-    size: int | None = None
-    kinesis: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """Records of a range the stream no longer holds: ``first`` to ``last`` (inclusive), and why."""
-
-    first: str
-    last: str
-    why: str
 
 
 @dataclass
@@ -112,15 +95,23 @@ def redrive(body: str, runtime: Runtime) -> MessageResult:
     never in a dry run (the record was only planned, and the object is all that holds it).
     """
     try:
-        message = parse_message(body)
-    except MessageFormatError as exc:
+        loaded = load_message(body)
+        if loaded.get("format") == MESSAGE_FORMAT:
+            verify(loaded, runtime)  # before anything it names is read, let alone freed
+        message = message_from(loaded)
+    except IntegrityError as exc:
+        refused(runtime, _message_id(body), "integrity", str(exc), "the queue")
+        return MessageResult("dead-letter", error=f"refused, integrity: {exc}")
+    except CleanupError as exc:
         return MessageResult("unknown", error=str(exc))
+    except Exception as exc:  # the per-message boundary: whatever the message holds, it fails alone
+        return MessageResult("unknown", error=f"unreadable message: {type(exc).__name__}: {exc}")
     if isinstance(message, StoredRecord):
         return _redrive_stored(message, runtime)
     kind = "on-failure" if isinstance(message, BatchRange) else "dead-letter"
-    refused = foreign_stream(message, runtime.settings.session_table)
-    if refused is not None:
-        return MessageResult(kind, error=refused)
+    foreign = foreign_stream(message, runtime.settings.session_table)
+    if foreign is not None:
+        return MessageResult(kind, error=foreign)
     try:
         records, result = _records(message, runtime)
     except CleanupError as exc:
@@ -137,6 +128,9 @@ def _redrive_stored(stored: StoredRecord, runtime: Runtime) -> MessageResult:
         if whole is None:
             return _missing(stored, runtime, enforce=enforce)
         result = MessageResult("dead-letter", outcomes=run_batch([_dead_lettered(whole)], runtime))
+    except IntegrityError as exc:
+        refused(runtime, _message_id(stored.message), "integrity", str(exc), "the queue (its object left in S3)")
+        return MessageResult("dead-letter", error=f"refused, integrity: {exc}")
     except CleanupError as exc:
         return MessageResult("dead-letter", error=str(exc))
     if result.clean and enforce:
@@ -190,19 +184,38 @@ def _records(message: BatchRange | Incoming, runtime: Runtime) -> tuple[list[Inc
 
 
 def parse_message(body: str) -> BatchRange | StoredRecord | Incoming:
-    """The range an on-failure message names, or the record a dead-letter message carries (or where it is stored).
+    """The range an on-failure message names, or the record a dead-letter message carries (or where it is stored);
+    its integrity tag, if any, is not checked here (:func:`redrive` checks it first).
 
     Raises:
         MessageFormatError: neither kind of message (an SNS envelope around one is unwrapped).
+    """
+    return message_from(load_message(body))
+
+
+def load_message(body: str) -> dict[str, Any]:
+    """A message as a JSON object (an SNS envelope around one is unwrapped).
+
+    Raises:
+        MessageFormatError: not a JSON object.
     """
     try:
         message = json.loads(body)
         if isinstance(message, dict) and message.get("Type") == "Notification":
             message = json.loads(message["Message"])  # an SNS destination subscribed to the queue
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise MessageFormatError(f"message is not JSON: {exc}") from exc
     if not isinstance(message, dict):
         raise MessageFormatError("message is not a JSON object")
+    return message
+
+
+def message_from(message: dict[str, Any]) -> BatchRange | StoredRecord | Incoming:
+    """What a loaded message names (see :func:`parse_message`).
+
+    Raises:
+        MessageFormatError: neither kind of message.
+    """
     for name in ("DDBStreamBatchInfo", "KinesisBatchInfo"):
         if isinstance(message.get(name), dict):
             return _batch_range(message[name], name)
@@ -218,7 +231,7 @@ def parse_message(body: str) -> BatchRange | StoredRecord | Incoming:
 def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
     try:
         start, end = str(info["startSequenceNumber"]), str(info["endSequenceNumber"])
-        if not (start.isdigit() and end.isdigit()):  # they are compared as integers
+        if not all(n.isascii() and n.isdigit() for n in (start, end)):  # they are compared as integers
             raise ValueError("sequence number")
         size = info.get("batchSize")
         return BatchRange(
@@ -229,7 +242,7 @@ def _batch_range(info: dict[str, Any], name: str) -> BatchRange:
             int(size) if size else None,
             kinesis=name == "KinesisBatchInfo",
         )
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:
         raise MessageFormatError(f"{name} without a usable {exc}") from exc
 
 
@@ -254,67 +267,17 @@ def _stored(message: dict[str, Any]) -> StoredRecord:
         version if isinstance(version, str) and version else None,
         number if isinstance(number, str) else None,
         message,
+        digest=message.get(DIGEST_FIELD),
     )
 
 
-def read_range(streams: DynamoDBStreamsClient, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
-    """The records of ``batch`` still in the stream, the ranges that are not, and how many records are missing.
-
-    The range is read from ``startSequenceNumber`` (or the shard's first record, if later) up to
-    ``endSequenceNumber``, compared as integers; a start the stream no longer holds reads what is left of the shard.
-
-    Raises:
-        TransientError / PermanentError: the stream could not be read (other than being gone).
-    """
-    start, end = int(batch.start), int(batch.end)
-    try:
-        shard = next((s for s in list_shards(streams, batch.stream_arn) if s.shard_id == batch.shard_id), None)
-        if shard is None:
-            raise StreamNotFoundError(f"shard {batch.shard_id} is no longer in {batch.stream_arn}")
-        at = str(max(start, int(shard.first or 0)))
-        found = _read_to(ShardReader(streams, batch.stream_arn, batch.shard_id, at=at), start, end)
-    except StreamNotFoundError:
-        return [], [Lost(batch.start, batch.end, "the stream or its shard no longer exists")], batch.size or 0
-    # Lambda records name their stream; so do these, so that the core knows their table.
-    records = [read_record({**raw, "eventSourceARN": batch.stream_arn}, Source.LAMBDA) for raw in found]
-    lost = _lost(batch, [int(sequence_number_of(raw) or 0) for raw in found])
-    missing = max(0, batch.size - len(found)) if batch.size else 0
-    return records, lost, missing
-
-
-def read_kinesis_range(kinesis: KinesisClient, batch: BatchRange) -> tuple[list[Incoming], list[Lost], int]:
-    """``read_range`` for a Kinesis data stream: each record's data decoded into the DynamoDB change it carries.
-
-    Raises:
-        TransientError / PermanentError: the stream could not be read (other than being gone).
-    """
-    try:
-        found = read_shard_range(kinesis, batch.stream_arn, batch.shard_id, batch.start, batch.end)
-    except StreamNotFoundError:
-        return [], [Lost(batch.start, batch.end, "the stream or its shard no longer exists")], batch.size or 0
-    records = [read_kinesis_bytes(raw["Data"], str(raw["SequenceNumber"])) for raw in found]
-    lost = _lost(batch, [int(raw["SequenceNumber"]) for raw in found])
-    missing = max(0, batch.size - len(found)) if batch.size else 0
-    return records, lost, missing
-
-
-def _read_to(reader: ShardReader, start: int, end: int) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    while not reader.drained:
-        numbers = [(int(sequence_number_of(raw) or 0), raw) for raw in reader.read().records]
-        found += [raw for number, raw in numbers if start <= number <= end]
-        if any(number >= end for number, _ in numbers):
-            break
-    return found
-
-
-def _lost(batch: BatchRange, numbers: list[int]) -> list[Lost]:
-    start, end = int(batch.start), int(batch.end)
-    if not numbers:
-        return [Lost(batch.start, batch.end, "no longer in the stream (trimmed)")]
-    lost = []
-    if numbers[0] != start:
-        lost.append(Lost(batch.start, str(numbers[0] - 1), "no longer in the stream (trimmed)"))
-    if numbers[-1] != end:
-        lost.append(Lost(str(numbers[-1] + 1), batch.end, "not found in the stream"))
-    return lost
+def _message_id(message: object) -> str:
+    """What names a refused message in the log: its sequence number and event id, when it has them."""
+    if isinstance(message, str):
+        try:
+            message = json.loads(message)
+        except (ValueError, RecursionError):
+            return "?"
+    if not isinstance(message, dict):
+        return "?"
+    return f"{str(message.get('sequenceNumber'))[:64]}/{str(message.get('eventID'))[:64]}"
