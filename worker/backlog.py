@@ -7,7 +7,8 @@ reported (``batchItemFailures``) and released with a growing visibility timeout 
 so that it comes back a few times a day at most, and after the queue's maxReceiveCount moves to the backlog's
 dead-letter queue. A record that fails permanently goes to DEAD_LETTER_QUEUE_URL as any other, and its message is
 done. Nothing is deferred again from here: BACKLOG_QUEUE_URL only names the queue messages are released on. Paused by
-the kill switch, every message is reported and released.
+the kill switch, or while it is unknown (never read: ``cleanup.operations.killswitch``), every message is reported and
+released.
 """
 
 from __future__ import annotations
