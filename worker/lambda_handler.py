@@ -111,8 +111,10 @@ def batch_response(outcomes: list[Outcome]) -> dict[str, list[dict[str, str]]]:
 def refuse_batch(event: dict[str, Any], problem: str) -> dict[str, list[dict[str, str]]]:
     """Fail every record of the batch, untouched, with one ERROR line: a library here is below its floor.
 
-    The sequence numbers are read from the raw event (not through pydantic, which may be the library at fault); the
-    records stay in the stream for the fixed deployment to clean.
+    The sequence numbers are read from the raw event (not through pydantic, which may be the library at fault). The
+    build refuses such an artifact (``worker.floors``), so this runs only where something shadows the artifact's
+    libraries: the mapping then retries the batch MaximumRetryAttempts times and sends its range to the on-failure
+    queue, from which ``cleanup-worker redrive`` re-reads it (while the stream holds it, 24 h) once fixed.
     """
     logging.getLogger("cleanup").error("refusing the batch: %s", problem)
     numbers = [
