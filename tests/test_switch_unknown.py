@@ -131,6 +131,17 @@ def test_a_cold_poller_holds_without_a_checkpoint(stack: SessionStack, down: Loc
     assert kept(stack, item) and checkpoint(stack) is None
 
 
+@pytest.mark.parametrize("garble", ["too many headers", "nested past the parser"])
+def test_a_cold_poller_answered_garbage_holds_without_a_checkpoint(stack: SessionStack, garble: str) -> None:
+    item = ended(stack)
+
+    with ScriptedAgent([GARBLES[garble]]) as agent:
+        summary = poller(stack, agent).run(until_idle=True)
+
+    assert summary.paused and summary.records == 0
+    assert kept(stack, item) and checkpoint(stack) is None
+
+
 def test_a_cold_kcl_processor_holds_its_batch_until_the_switch_answers(stack, down, daemon) -> None:  # noqa: F811
     item = stack.put_session("s1")
     records = deletes(stack, KinesisShard(), "s1")
