@@ -329,6 +329,12 @@ def test_records_sharing_a_sequence_number_are_tracked_by_sub_sequence_number(st
 
 # The kill switch, read before every attempt of the in-place retries.
 @pytest.fixture
+def switch_agent():
+    with LocalAgent() as agent:
+        yield agent
+
+
+@pytest.fixture
 def throttled_then_lifted(aws):
     """Every RetireGrant throttled (one try an attempt, no give-up in sight) until ``plan.enabled = False``."""
     plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
@@ -346,12 +352,11 @@ def retire_calls(plan: FaultPlan) -> int:
     return sum(count for call, count in plan.requests.items() if call.operation == "RetireGrant")
 
 
-def switch_midway(stack, daemon, throttled_then_lifted, body: bytes):
+def switch_midway(stack, daemon, agent, throttled_then_lifted, body: bytes):
     """A session whose grant cannot be retired yet, retried in place; then the switch turned to ``body`` and the
-    throttle lifted once the processor has seen it. Returns the child, the records, the item, the agent and the
-    RetireGrant calls made until the processor saw the switch."""
+    throttle lifted once the processor has seen it. Returns the child, the records, the item and the RetireGrant
+    calls made until the processor saw the switch."""
     plan, settings = throttled_then_lifted
-    agent = LocalAgent().start()
     item = stack.put_session("s1")
     records = deletes(stack, KinesisShard(), "s1")
     child = daemon(**agent.env(), **settings)
@@ -363,15 +368,14 @@ def switch_midway(stack, daemon, throttled_then_lifted, body: bytes):
     wait_for(lambda: seen in child.stderr(), "the processor to read the switch between two attempts")
     calls = retire_calls(plan)
     plan.enabled = False
-    return child, records, item, agent, calls
+    return child, records, item, calls
 
 
 def test_a_pause_set_during_in_place_retries_stops_them_and_holds_the_record(
-    stack,
-    daemon,
-    throttled_then_lifted,
+    stack, daemon, switch_agent, throttled_then_lifted
 ):
-    child, records, item, agent, calls = switch_midway(stack, daemon, throttled_then_lifted, flag(False))
+    agent = switch_agent
+    child, records, item, calls = switch_midway(stack, daemon, agent, throttled_then_lifted, flag(False))
     plan = throttled_then_lifted[0]
     reads = agent.requests
     wait_for(lambda: agent.requests >= reads + 5, "the paused processor to read the switch again")
@@ -384,19 +388,16 @@ def test_a_pause_set_during_in_place_retries_stops_them_and_holds_the_record(
     child.await_status("processRecords")
     assert item["grantId"] not in stack.grant_ids()
     assert child.checkpoints[-1] == records[-1]["sequenceNumber"]
-    agent.stop()
 
 
 def test_a_dry_run_set_during_in_place_retries_frees_nothing_more_and_checkpoints_nothing(
-    stack,
-    daemon,
-    throttled_then_lifted,
+    stack, daemon, switch_agent, throttled_then_lifted
 ):
-    child, records, item, agent, _ = switch_midway(stack, daemon, throttled_then_lifted, flag(True, "dry-run"))
+    dry_run = flag(True, "dry-run")
+    child, records, item, _ = switch_midway(stack, daemon, switch_agent, throttled_then_lifted, dry_run)
 
     child.await_status("processRecords")  # planned, and acknowledged: delivered again from the last checkpoint
     child.shutdown_requested()
-    agent.stop()
 
     assert item["grantId"] in stack.grant_ids()
     assert records[-1]["sequenceNumber"] not in [r["sequenceNumber"] for r in child.requests]
