@@ -152,7 +152,13 @@ METRICS: tuple[Metric, ...] = (
         "backlog and dead-letter messages the worker cannot vouch for or read: nothing they name is freed, they are kept",
     ),
     Metric("ModeChanges", "Mode", "the kill switch: each change of mode a process takes"),
-    Metric("PausedBatches", "", "the kill switch: batches held while paused"),
+    Metric("PausedBatches", "", "the kill switch: batches held while paused (or while the switch is unknown)"),
+    Metric(
+        "SwitchUnknown",
+        "",
+        "the kill switch: each reading that left it unknown (never read, or unreadable before a first reading), so "
+        "that the process holds its records",
+    ),
     Metric("ReconcileFreed", "Resource (grant, scratch, registry)", "reconcile: resources of gone sessions freed"),
     Metric("ReconcileKept", "Resource", "reconcile: resources kept (a live session, the grace period, a refusal)"),
     Metric("ReconcilePlanned", "Resource", "reconcile, dry run: resources it would free"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,42 @@ def test_the_sweep_handler_from_the_artifact_alone_sweeps(artifact: Path, stack:
     assert result["swept"] == 1
     assert get(stack, "old") is None
     assert get(stack, "young") is not None
+
+
+def below_a_floor(artifact: Path, into: Path) -> Path:
+    """A copy of the artifact whose tenacity says 8.2.0 (below the 8.3 floor), as a shadowing layer would."""
+    shutil.copytree(artifact, into)
+    [info] = into.glob("tenacity-*.dist-info")
+    metadata = info / "METADATA"
+    metadata.write_text(re.sub(r"(?m)^Version: .*$", "Version: 8.2.0", metadata.read_text()))
+    info.rename(into / "tenacity-8.2.0.dist-info")
+    return into
+
+
+def test_the_build_refuses_an_artifact_its_handlers_would_refuse(artifact: Path, tmp_path: Path) -> None:
+    old = below_a_floor(artifact, tmp_path / "old")
+    check = [
+        "make",
+        "-s",
+        "-f",
+        "deploy/Makefile",
+        "check-artifact",
+        f"ARTIFACTS_DIR={old}",
+        f"PYTHON={lambda_python()}",
+    ]
+
+    refused = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    passed = subprocess.run(
+        [*check[:-2], f"ARTIFACTS_DIR={artifact}", check[-1]], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+    assert refused.returncode != 0 and passed.returncode == 0, passed.stdout + passed.stderr
+    line = "tenacity 8.2.0 is installed, but session-cleanup-worker needs tenacity>="
+    assert line in refused.stderr
+    # The same versions the handler refuses at run time, with the same line.
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from worker.floors import core_problem; print(core_problem())"
+    found = subprocess.run([lambda_python(), "-I", "-S", "-c", code, str(old)], capture_output=True, text=True)
+    assert line in found.stdout
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 from tests.kcl_daemon import SHARD_END, FakeDaemon, KinesisShard, kinesis_payload
 from tests.proxy import FaultPlan, FaultProxy
 from tests.waiting import wait_for
+from worker.local.appconfig import LocalAgent, flag
 
 RETRY_METRIC = '"RecordsRetried":'  # the metric's value in an EMF document
 
@@ -324,3 +325,79 @@ def test_records_sharing_a_sequence_number_are_tracked_by_sub_sequence_number(st
     assert child.stderr().count(RETRY_METRIC) == 2
     assert stack.objects(good["scratchPrefix"]) == [] and stack.objects(bad) == [f"{bad}not-ours"]
     assert child.close() == 0
+
+
+# The kill switch, read before every attempt of the in-place retries.
+@pytest.fixture
+def switch_agent():
+    with LocalAgent() as agent:
+        yield agent
+
+
+@pytest.fixture
+def throttled_then_lifted(aws):
+    """Every RetireGrant throttled (one try an attempt, no give-up in sight) until ``plan.enabled = False``."""
+    plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        settings = {
+            "AWS_ENDPOINT_URL": proxy.url,
+            "MAX_RECORD_RETRY_SECONDS": "3600",
+            "BOTOCORE_MAX_ATTEMPTS": "1",
+            "RETRY_ATTEMPTS": "1",
+        }
+        yield plan, settings
+
+
+def retire_calls(plan: FaultPlan) -> int:
+    return sum(count for call, count in plan.requests.items() if call.operation == "RetireGrant")
+
+
+def switch_midway(stack, daemon, agent, throttled_then_lifted, body: bytes):
+    """A session whose grant cannot be retired yet, retried in place; then the switch turned to ``body`` and the
+    throttle lifted once the processor has seen it. Returns the child, the records, the item and the RetireGrant
+    calls made until the processor saw the switch."""
+    plan, settings = throttled_then_lifted
+    item = stack.put_session("s1")
+    records = deletes(stack, KinesisShard(), "s1")
+    child = daemon(**agent.env(), **settings)
+    child.post({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+    child.answer_checkpoint(child.next_message())  # the INSERT before it, clean
+    wait_for(lambda: child.stderr().count(RETRY_METRIC) >= 2, "the grant's record to be retried in place")
+    agent.serve(body)
+    seen = "cleanup mode: paused" if body == flag(False) else "cleanup mode: dry-run"
+    wait_for(lambda: seen in child.stderr(), "the processor to read the switch between two attempts")
+    calls = retire_calls(plan)
+    plan.enabled = False
+    return child, records, item, calls
+
+
+def test_a_pause_set_during_in_place_retries_stops_them_and_holds_the_record(
+    stack, daemon, switch_agent, throttled_then_lifted
+):
+    agent = switch_agent
+    child, records, item, calls = switch_midway(stack, daemon, agent, throttled_then_lifted, flag(False))
+    plan = throttled_then_lifted[0]
+    reads = agent.requests
+    wait_for(lambda: agent.requests >= reads + 5, "the paused processor to read the switch again")
+
+    assert retire_calls(plan) == calls  # no call once paused, though RetireGrant would now succeed
+    assert item["grantId"] in stack.grant_ids()
+    assert records[-1]["sequenceNumber"] not in [r["sequenceNumber"] for r in child.requests]
+
+    agent.serve(flag(True, "enforce"))  # resumed: the record is cleaned and checkpointed
+    child.await_status("processRecords")
+    assert item["grantId"] not in stack.grant_ids()
+    assert child.checkpoints[-1] == records[-1]["sequenceNumber"]
+
+
+def test_a_dry_run_set_during_in_place_retries_frees_nothing_more_and_checkpoints_nothing(
+    stack, daemon, switch_agent, throttled_then_lifted
+):
+    dry_run = flag(True, "dry-run")
+    child, records, item, _ = switch_midway(stack, daemon, switch_agent, throttled_then_lifted, dry_run)
+
+    child.await_status("processRecords")  # planned, and acknowledged: delivered again from the last checkpoint
+    child.shutdown_requested()
+
+    assert item["grantId"] in stack.grant_ids()
+    assert records[-1]["sequenceNumber"] not in [r["sequenceNumber"] for r in child.requests]

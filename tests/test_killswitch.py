@@ -91,10 +91,31 @@ def test_an_unreachable_agent_leaves_the_last_known_mode(stack: SessionStack, ag
     assert runtime.switch.state().source == "last-known"
 
 
-def test_before_any_reading_the_environment_decides(stack: SessionStack, agent: LocalAgent) -> None:
+def test_before_any_reading_the_mode_is_unknown_and_holds_whatever_the_environment_says(
+    stack: SessionStack, agent: LocalAgent, caplog: pytest.LogCaptureFixture
+) -> None:
     agent.stop()
-    assert switched(stack, agent, cleanup_mode="dry-run").refresh_mode() is Mode.DRY_RUN
-    assert switched(stack, agent).refresh_mode() is Mode.ENFORCE
+    sink = CapturedMetrics()
+
+    with caplog.at_level("WARNING", logger="cleanup"):
+        modes = [switched(stack, agent, sink, cleanup_mode=mode).refresh_mode() for mode in ("dry-run", "enforce")]
+
+    assert modes == [Mode.PAUSED, Mode.PAUSED]
+    assert [record.getMessage() for record in caplog.records] == ["kill switch unknown: holding"] * 2
+    assert sink.values("SwitchUnknown") == [1, 1]
+    assert not [doc for doc in sink.documents if "ModeChanges" in doc]  # no mode was taken from the switch
+
+
+def test_the_first_reading_after_an_unknown_start_takes_the_flag(stack: SessionStack, agent: LocalAgent) -> None:
+    agent.stop()
+    sink = CapturedMetrics()
+    runtime = switched(stack, agent, sink)
+    assert runtime.refresh_mode() is Mode.PAUSED and runtime.switch.state().source == "unknown"
+
+    agent.start()
+
+    assert runtime.refresh_mode() is Mode.ENFORCE and runtime.switch.state().source == "appconfig"
+    assert [doc["Mode"] for doc in sink.documents if "ModeChanges" in doc] == ["enforce"]
 
 
 def test_a_flag_that_is_not_the_documented_shape_is_not_obeyed(stack: SessionStack, agent: LocalAgent) -> None:

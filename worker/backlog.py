@@ -9,7 +9,8 @@ dead-letter queue. A record that fails permanently goes to DEAD_LETTER_QUEUE_URL
 done. A message whose integrity tag does not verify, or that cannot be read at all, frees nothing and is moved,
 whole, to the backlog's dead-letter queue (``cleanup.backlog_drain``); the rest of its batch goes on. Nothing is
 deferred again from here: BACKLOG_QUEUE_URL only names the queue messages are released on. Paused by
-the kill switch, every message is reported and released.
+the kill switch, or while it is unknown (never read: ``cleanup.operations.killswitch``), every message is
+reported and released.
 """
 
 from __future__ import annotations

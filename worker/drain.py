@@ -5,8 +5,8 @@ Messages are long-polled (at most 20 s a poll, under the client's read timeout),
 deadline shorter than that, at the learnt rate. A message is deleted only when its record is clean (or dead-lettered
 for good), or when it is refused (its integrity tag, or its shape) and moved whole to the backlog's dead-letter
 queue; the others are released with a growing visibility timeout. The loop ends on SIGTERM/SIGINT after the
-batch in flight, or with ``--until-idle`` at the first empty poll; paused by the kill switch, it waits a poll's time
-and asks again.
+batch in flight, or with ``--until-idle`` at the first empty poll; paused by the kill switch (or while it is
+unknown), it waits a poll's time and asks again.
 """
 
 from __future__ import annotations

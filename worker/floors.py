@@ -6,6 +6,12 @@ worker does not fail cleanly: a missing botocore feature, for instance, breaks e
 concurrency slot. So each entry point refuses to start instead, with one line naming the package, the version found
 and the version required: the CLI exits 2, the Lambda handlers log one ERROR line and touch no record.
 
+A refusal is meant to happen at build time, not in a deployed function: the Lambda artifact's build (deploy/Makefile)
+runs :func:`main` on the artifact alone, and fails on the same versions the handlers refuse, so such an artifact is
+never deployed. A function refused anyway (a layer or a hand-made package shadowing ours) reports its whole batch
+failed: the mapping retries it MaximumRetryAttempts times and then sends its range to the on-failure queue, from
+which ``cleanup-worker redrive`` re-reads it once a fixed deployment is out, while the stream still holds it (24 h).
+
 The floors are read from this distribution's own metadata (``Requires-Dist``, written from pyproject.toml), so they are
 declared in one place. Standard library only: the point is to run before anything that an old library could break.
 """
@@ -13,6 +19,7 @@ declared in one place. Standard library only: the point is to run before anythin
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable
 from functools import cache
 from importlib import metadata
@@ -83,3 +90,13 @@ def problem(extras: Iterable[str] = (), installed: Callable[[str], str] = metada
 def core_problem() -> str | None:
     """:func:`problem` for the core requirements, checked once per process (a Lambda environment does not change)."""
     return problem()
+
+
+def main() -> int:
+    """The build's check (``python -I -S`` with only the artifact on ``sys.path``): exit 1 with the handlers' refusal
+    line on stderr when a library is below its floor, 0 otherwise."""
+    found = problem()
+    if found is None:
+        return 0
+    print(f"refusing the build: {found}", file=sys.stderr)
+    return 1

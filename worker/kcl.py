@@ -18,9 +18,10 @@ Guarantees, per shard:
   queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt.
 * A dry run (CLEANUP_MODE=dry-run) checkpoints nothing, SHARD_END included, and dead-letters nothing: each record is
   tried once and a failure reported, so the records are delivered again to the next (enforce) processor.
-* The kill switch is read before every batch. Paused, ``process_records`` does not return (returning acknowledges
-  the batch): it waits, reading the switch again, and the daemon keeps the shard's lease meanwhile. Turned to a dry
-  run, the processor checkpoints nothing more until it is restarted: the records it only planned are delivered again
+* The kill switch is read before every attempt, the in-place retries' included. Paused (or unknown, never read),
+  ``process_records`` attempts nothing more and does not return (returning acknowledges the batch): it waits, reading
+  the switch again, and the daemon keeps the shard's lease meanwhile. Turned to a dry run, the processor frees
+  nothing more and checkpoints nothing more until it is restarted: the records it only planned are delivered again
   from the last checkpoint to the processor that follows.
 * stdout carries the protocol and nothing else: file descriptor 1 is handed to the protocol and then pointed at
   stderr, where logs and metrics go, so a stray print (ours or a library's) cannot corrupt the protocol.
@@ -114,11 +115,11 @@ class ShardProcessor:
 
     def process_records(self, process_records_input: Any) -> None:
         """Clean the batch, retrying in place, and checkpoint behind the clean records."""
-        self._follow_switch()
         delivered = list(process_records_input.records)
         batch = InPlaceBatch([decode(record) for record in delivered], self.runtime)
         checkpointer = process_records_input.checkpointer
         while not batch.finished and self.can_checkpoint:
+            self._follow_switch()  # before every attempt: a pause or a dry run set during the retries is obeyed
             attempt = batch.attempt(shardId=self.shard_id)
             if attempt.checkpoint is not None:
                 last = delivered[attempt.checkpoint]

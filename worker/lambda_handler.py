@@ -6,24 +6,31 @@ those accepted by the dead-letter queue, named by ``dynamodb.SequenceNumber`` (a
 ``kinesis.sequenceNumber`` (a Kinesis stream, whose ``data`` is decoded as the KCL processor decodes it). Lambda then
 resumes from the lowest reported sequence number, which cleanup tolerates because every action is idempotent.
 
-The kill switch is read at the start of every invocation. Paused, nothing is touched. With a backlog
-(BACKLOG_QUEUE_URL), every session record goes to it with all its actions left, and waits there (14 days) until the
-drain, resumed, cleans it: the stream moves on and no retry is spent. Without one, the handler raises ``PausedError``:
-the invocation fails, so the mapping delivers the whole batch again, whatever its FunctionResponseTypes say (a partial
-batch response naming every record would be taken for success by a mapping without ReportBatchItemFailures, and the
-records would be lost). How long records wait so: README, "The kill switch".
+The kill switch is read at the start of every invocation. Paused, or unknown (a cold start that could not read it
+yet: ``cleanup.operations.killswitch``), nothing is touched. With a backlog (BACKLOG_QUEUE_URL), every session record
+goes to it with all its actions left, and waits there (14 days) until the drain, once the switch allows, cleans it:
+the stream moves on and no retry is spent. Without one, an unknown switch is read again (every
+``UNKNOWN_WAIT_POLL_SECONDS``) for up to half of what is left of the invocation: if it answers enforce or dry-run, the
+batch is processed in this invocation and no retry is spent. Paused, or still unknown then, the handler raises
+``PausedError``: the invocation fails, so the mapping delivers the whole batch again, whatever its
+FunctionResponseTypes say (a partial batch response naming every record would be taken for success by a mapping
+without ReportBatchItemFailures, and the records would be lost). Each such failure spends one of the mapping's
+MaximumRetryAttempts; once they are spent the batch's range goes to the on-failure queue, and only ``cleanup-worker
+redrive`` brings it back, while the stream still holds it (24 h): that is why the template deploys a backlog. How
+long records wait so: README, "The kill switch".
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode
-from cleanup.pipeline import run_batch
-from cleanup.runtime import WarmRuntime
+from cleanup.pipeline import Incoming, run_batch
+from cleanup.runtime import Runtime, WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table
 from worker import floors
@@ -47,16 +54,41 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
         runtime = runtime.with_session_table(table)
     deadline = Deadline.from_lambda_context(context)
     if runtime.refresh_mode() is Mode.PAUSED:
-        runtime.metrics.count("PausedBatches")
-        if runtime.settings.backlog_queue_url:  # held durably (14 days), untouched, and drained once resumed
-            return batch_response(run_batch(records, runtime, deadline, held=PAUSED))
-        runtime.metrics.flush()
-        raise PausedError("cleanup is paused by the kill switch: the batch is left in the stream")
+        return hold(records, runtime, deadline)
     outcomes = run_batch(records, runtime, deadline)
     return batch_response(outcomes)
 
 
 PAUSED = "paused by the kill switch: nothing was done; the record waits in the backlog"
+UNKNOWN = "the kill switch cannot be read (switch unknown: holding): nothing was done; the record waits in the backlog"
+UNKNOWN_WAIT_POLL_SECONDS = 0.5
+
+
+def hold(records: list[Incoming], runtime: Runtime, deadline: Deadline) -> dict[str, list[dict[str, str]]]:
+    """A batch the switch holds (paused, or unknown): to the backlog untouched, or, without one, back to the stream.
+
+    Raises:
+        PausedError: no backlog, and the switch still holds the batch (after waiting for an unknown one).
+    """
+    runtime.metrics.count("PausedBatches")
+    unknown = runtime.switch.unknown
+    if runtime.settings.backlog_queue_url:  # held durably (14 days), untouched, and drained once resumed
+        return batch_response(run_batch(records, runtime, deadline, held=UNKNOWN if unknown else PAUSED))
+    if unknown and _wait_for_switch(runtime, deadline) is not Mode.PAUSED:
+        return batch_response(run_batch(records, runtime, deadline))  # it answered in time: no retry spent
+    runtime.metrics.flush()
+    why = "cannot be read (switch unknown: holding)" if runtime.switch.unknown else "pauses cleanup"
+    raise PausedError(f"the kill switch {why}: the batch is left in the stream, and delivered again")
+
+
+def _wait_for_switch(runtime: Runtime, deadline: Deadline) -> Mode:
+    """Read an unknown switch again until it answers, for up to half of what is left of the invocation."""
+    until = time.monotonic() + (0.0 if deadline.at is None else deadline.remaining() / 2)  # no deadline: no wait
+    mode = Mode.PAUSED
+    while runtime.switch.unknown and time.monotonic() + UNKNOWN_WAIT_POLL_SECONDS < until:
+        time.sleep(UNKNOWN_WAIT_POLL_SECONDS)
+        mode = runtime.refresh_mode()
+    return mode
 
 
 def mapping_table(records: list[StreamRecord | UnreadableRecord]) -> str | None:
@@ -79,8 +111,10 @@ def batch_response(outcomes: list[Outcome]) -> dict[str, list[dict[str, str]]]:
 def refuse_batch(event: dict[str, Any], problem: str) -> dict[str, list[dict[str, str]]]:
     """Fail every record of the batch, untouched, with one ERROR line: a library here is below its floor.
 
-    The sequence numbers are read from the raw event (not through pydantic, which may be the library at fault); the
-    records stay in the stream for the fixed deployment to clean.
+    The sequence numbers are read from the raw event (not through pydantic, which may be the library at fault). The
+    build refuses such an artifact (``worker.floors``), so this runs only where something shadows the artifact's
+    libraries: the mapping then retries the batch MaximumRetryAttempts times and sends its range to the on-failure
+    queue, from which ``cleanup-worker redrive`` re-reads it (while the stream holds it, 24 h) once fixed.
     """
     logging.getLogger("cleanup").error("refusing the batch: %s", problem)
     numbers = [

@@ -2,8 +2,8 @@
 
 Both run :func:`cleanup.operations.reconcile.reconcile` once: the grants on the worker's keys, the session-level
 scratch prefixes and the registry's room memberships whose session is gone are freed, behind the fence, past the
-grace period. The kill switch is read
-first: paused, nothing is listed or freed (``{"paused": true}``, exit 1); turned to a dry run, the plan is reported.
+grace period. The kill switch is read first: paused (or unknown, never read), nothing is listed or freed
+(``{"paused": true}``, exit 1); turned to a dry run, the plan is reported.
 
 Exit code: 0 when everything listed was decided, 1 when something could not be read or freed (or paused), 2 when a
 setting it needs is missing.

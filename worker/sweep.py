@@ -2,8 +2,8 @@
 
 Both run :func:`cleanup.expiry.sweeper.sweep` once over ``SESSION_TABLE``. The sweep's deletes reach the usual cleanup
 through the table's stream; this entry point only turns the sweep's report into an exit code or a Lambda result.
-The kill switch is read before each run: paused, the run deletes nothing (``{"paused": true}``); turned to a dry run,
-the sweep plans as under CLEANUP_MODE=dry-run.
+The kill switch is read before each run: paused (or unknown, never read), the run deletes nothing
+(``{"paused": true}``); turned to a dry run, the sweep plans as under CLEANUP_MODE=dry-run.
 """
 
 from __future__ import annotations

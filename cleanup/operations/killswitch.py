@@ -11,28 +11,39 @@ Lambda extension, which both serve ``GET {APPCONFIG_AGENT_URL}/applications/{app
 The switch only brakes: the mode in force is the more careful of the flag's and CLEANUP_MODE's (paused, then dry-run,
 then enforce), so a deployment made as a dry run is turned to enforce by a deployment, never by a flag alone.
 
-A reading is kept for APPCONFIG_POLL_SECONDS. When the endpoint cannot be read, or answers something that is not
-such a flag, the last known mode holds (an operator's pause must not end because the agent restarted); before any
-mode is known, CLEANUP_MODE holds, as it does when no profile is configured. Every change of mode is logged once and
-counted (``ModeChanges``, dimension ``Mode``).
+A reading is kept for APPCONFIG_POLL_SECONDS. One reading is one bounded exchange with the endpoint: connecting,
+the answer's headers and its body together take at most ``AGENT_TIMEOUT_SECONDS``, however slowly the endpoint
+answers. Whatever goes wrong with it (refused, timed out, an error status, a garbled or cut answer, a body that is not
+such a flag, whatever the exception) the switch "cannot tell": the last known mode holds (an operator's pause must not
+end because the agent restarted). Before any mode is known (a cold start while AppConfig or its agent is down, the
+very moment an operator pauses for) the mode is unknown, and unknown holds: ``mode()`` answers ``Mode.PAUSED``, with
+``source`` ``unknown``, so every entry point keeps its records as under a pause. Each reading that leaves it unknown is
+logged (``kill switch unknown: holding``, once per error) and counted (``SwitchUnknown``), and an unknown switch is
+read again at least every ``UNKNOWN_POLL_SECONDS``. Without a profile configured, CLEANUP_MODE decides. Every change
+of a mode taken from the flag is logged once and counted (``ModeChanges``, dimension ``Mode``).
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from cleanup.telemetry import Metrics, log
 from schemas.settings import CleanupMode, Settings
 
 FLAG = "cleanup"
-AGENT_TIMEOUT_SECONDS = 1.0  # the agent answers from its cache, on this host
+AGENT_TIMEOUT_SECONDS = 1.0  # one reading, all told: the agent answers from its cache, on this host
 MAX_BODY_BYTES = 64 * 1024
+UNKNOWN_POLL_SECONDS = 1.0  # an unknown switch is read again this often at least, whatever APPCONFIG_POLL_SECONDS
+UNKNOWN = "unknown"
 
 
 class Mode(StrEnum):
@@ -48,12 +59,17 @@ _CARE = {Mode.PAUSED: 0, Mode.DRY_RUN: 1, Mode.ENFORCE: 2}
 
 @dataclass(frozen=True)
 class SwitchState:
-    """The mode in force and where it comes from (``environment``, ``appconfig`` or ``last-known``)."""
+    """The mode in force and where it comes from (``environment``, ``appconfig``, ``last-known`` or ``unknown``)."""
 
     mode: Mode
     source: str
     flag: Mode | None = None
     error: str | None = None
+
+    @property
+    def unknown(self) -> bool:
+        """Whether the flag was never read: the mode is ``PAUSED`` because nobody can tell what it is."""
+        return self.source == UNKNOWN
 
     def as_dict(self) -> dict[str, str | None]:
         return {
@@ -89,16 +105,59 @@ def agent_url(settings: Settings) -> str | None:
     return f"{settings.appconfig_agent_url}/applications/{app}/environments/{env}/configurations/{profile}"
 
 
-def fetch(url: str) -> bytes:
-    """GET the profile from the local agent (at most ``MAX_BODY_BYTES``).
+def fetch(url: str, timeout: float = AGENT_TIMEOUT_SECONDS) -> bytes:
+    """GET the profile from the local agent: the whole exchange within ``timeout`` seconds, the body whole and at most
+    ``MAX_BODY_BYTES``.
 
     Raises:
-        OSError: the agent could not be reached, or did not answer 200.
+        OSError: the agent could not be reached, or did not answer in time, or not 200.
+        http.client.HTTPException: the answer is not well-formed HTTP, or its body is cut.
+        ValueError: the body is larger than ``MAX_BODY_BYTES``.
     """
-    import urllib.request  # only when a switch is configured: it is no cold-start cost otherwise
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout
+    request = f"GET {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n"
+    with socket.create_connection((parts.hostname or "localhost", parts.port or 80), timeout=timeout) as sock:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.sendall(request.encode("ascii"))
+        answer = http.client.HTTPResponse(_Bounded(sock, deadline), method="GET")  # type: ignore[arg-type]
+        answer.begin()
+        if answer.status != 200:
+            raise OSError(f"the agent answered {answer.status} {answer.reason}")
+        body = answer.read(MAX_BODY_BYTES + 1)
+        if len(body) > MAX_BODY_BYTES:
+            raise ValueError(f"the profile is larger than {MAX_BODY_BYTES} bytes")
+        if answer.length:  # read(n) returns a body cut short of its Content-Length as it is: it is not the flag
+            raise http.client.IncompleteRead(body, answer.length)
+        return bytes(body)
 
-    with urllib.request.urlopen(url, timeout=AGENT_TIMEOUT_SECONDS) as answer:
-        return bytes(answer.read(MAX_BODY_BYTES))
+
+class _Bounded:
+    """A connected socket that ``http.client`` reads through: every read ends by ``deadline`` (a socket timeout only
+    bounds the wait for each byte, and an answer trickled a byte at a time would never end)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_BoundedReader(self._sock, self._deadline))
+
+
+class _BoundedReader(io.RawIOBase):
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the agent did not answer in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
 
 
 class KillSwitch:
@@ -128,26 +187,38 @@ class KillSwitch:
         return self._url is not None
 
     def state(self) -> SwitchState:
-        """The mode in force now, reading the flag again if the last reading is older than the poll interval."""
+        """The mode in force now, reading the flag again if the last reading is older than the poll interval (or, while
+        the switch is unknown, than ``UNKNOWN_POLL_SECONDS``)."""
         with self._lock:
-            if self._state is None or self._clock() - self._read_at >= self._poll:
+            if self._state is None or self._clock() - self._read_at >= self._keep(self._state):
                 self._read_at = self._clock()
                 self._settle(self._read())
             assert self._state is not None
             return self._state
 
+    @property
+    def unknown(self) -> bool:
+        """Whether the last reading left the switch unknown (never read successfully); reads nothing."""
+        return self._state is not None and self._state.unknown
+
     def mode(self) -> Mode:
+        """The mode in force (``Mode.PAUSED`` while the switch is unknown: see the module's docstring)."""
         return self.state().mode
+
+    def _keep(self, state: SwitchState) -> float:
+        return min(self._poll, UNKNOWN_POLL_SECONDS) if state.unknown else self._poll
 
     def _read(self) -> SwitchState:
         if self._url is None:
             return SwitchState(self.environment, "environment")
         try:
             self._flag = read_flag(self._get(self._url))
-        except (OSError, ValueError) as exc:  # unreachable or unreadable: the last known flag (or the environment)
+        except Exception as exc:  # any failure of the reading, whatever its type, is "cannot tell": an agent's
+            # garbled answer must neither stop the worker nor count as a flag
             known = self._flag
-            mode = self.environment if known is None else self._careful(known)
-            return SwitchState(mode, "environment" if known is None else "last-known", known, str(exc))
+            if known is None:
+                return SwitchState(Mode.PAUSED, UNKNOWN, None, _describe(exc))
+            return SwitchState(self._careful(known), "last-known", known, _describe(exc))
         return SwitchState(self._careful(self._flag), "appconfig", self._flag)
 
     def _careful(self, flag: Mode) -> Mode:
@@ -155,14 +226,25 @@ class KillSwitch:
 
     def _settle(self, state: SwitchState) -> None:
         previous, self._state = self._state, state
+        if state.unknown:
+            if previous is None or previous.error != state.error:
+                log.warning("kill switch unknown: holding", extra=state.as_dict())
+            self._metrics.count("SwitchUnknown")
+            self._metrics.flush()
+            return
         if state.error and (previous is None or previous.error != state.error):
             log.warning("kill switch unreadable; the mode in force holds", extra=state.as_dict())
-        if previous is not None and previous.mode is state.mode:
+        if previous is not None and not previous.unknown and previous.mode is state.mode:
             return
         level = "info" if state.mode is Mode.ENFORCE else "warning"
         getattr(log, level)(f"cleanup mode: {state.mode.value}", extra=state.as_dict())
         self._metrics.count("ModeChanges", "Mode", state.mode.value)
         self._metrics.flush()
+
+
+def _describe(exc: BaseException) -> str:
+    """The error of a reading in one short line (an ``http.client`` error may carry the whole garbled line)."""
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def settings_for(settings: Settings, mode: Mode) -> Settings:
