@@ -183,11 +183,13 @@ def test_a_wedged_poller_loses_its_lease_to_the_standby_fails_its_health_check_a
     standby = StreamPoller(runtimes["standby"], stack.stream_arn, consumer_id="standby")
     threads = [start(wedged)]
     try:
-        wait_for(lambda: held.holding.is_set() and lease_owner(stack) == "wedged", "the first poller's held read")
+        wait_for(
+            lambda: held.holding.is_set() and lease_owner(stack) == wedged.lease.owner, "the first poller's held read"
+        )
         threads.append(start(standby))
 
         # The standby takes over LEASE_SECONDS after the last renewal, which stopped with the loop: it cleans.
-        wait_for(lambda: lease_owner(stack) == "standby", "the standby's takeover", limit=30)
+        wait_for(lambda: lease_owner(stack) == standby.lease.owner, "the standby's takeover", limit=30)
         wait_for(lambda: stack.objects(item["scratchPrefix"]) == [], "the standby's cleaning")
         checks = {name: health(path, stale_seconds="1") for name, path in files.items()}
 

@@ -29,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stop once every shard is drained (for batch runs); exit 1 if a record is left failing or was lost",
     )
-    parser.add_argument("--consumer-id", help="this consumer's name in the lease (default: host, pid and a nonce)")
+    parser.add_argument(
+        "--consumer-id",
+        help="this consumer's name in the lease (default: host and pid); a token of the process's own is added",
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -10,11 +10,8 @@ table exists) and runs beside the consumer that holds the lease, without delayin
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +23,7 @@ from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
-from cleanup.streams.lease import Heartbeat, Lease
+from cleanup.streams.lease import Heartbeat, Lease, owner_name
 from cleanup.streams.progress import Progress
 from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, ShardReader, list_shards, startable
 from cleanup.streams.shard_state import BatchAttempts, Cursor, PollSummary
@@ -59,7 +56,7 @@ class StreamPoller:
         settings = runtime.settings
         self.runtime = runtime
         self.stream_arn = stream_arn
-        self.consumer_id = consumer_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.consumer_id = owner_name(consumer_id)
         self.summary = PollSummary()
         self.lease = Lease(
             runtime.clients.dynamodb,

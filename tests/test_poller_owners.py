@@ -1,0 +1,67 @@
+"""Two stream pollers started with the same ``--consumer-id`` (a copied manifest): one consumes, the other stands by,
+and no checkpoint ever moves backwards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cleanup.exceptions import LeaseLostError
+from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
+from cleanup.streams.lease import Lease
+from cleanup.streams.poller import StreamPoller
+from tests.test_poller import FakeTime, assert_cleaned, checkpoint, sequence_numbers
+
+
+def replica(stack: Any, fake: FakeTime | None = None) -> StreamPoller:
+    """A poller named ``replica``, as every copy of one manifest would be."""
+    fake = fake or FakeTime()
+    runtime = stack.runtime(checkpoint_table=f"ckpt-{stack.table}", lease_seconds=10)
+    return StreamPoller(runtime, stack.stream_arn, consumer_id="replica", clock=fake.clock, sleep=fake.sleep)
+
+
+def test_a_second_poller_with_the_same_consumer_id_stands_by_while_the_first_holds_the_lease(stack):
+    item = stack.put_session("a")
+    stack.delete("a")
+    first = replica(stack)
+    ensure_table(stack.ddb, f"ckpt-{stack.table}")
+    assert first.lease.try_acquire()
+    fake = FakeTime()
+    second = replica(stack, fake)
+    read_while_held: list[int] = []
+
+    def first_renews_for_30_seconds() -> None:
+        if fake.now < 1030:
+            assert first.lease.renew()
+            read_while_held.append(second.summary.records)
+
+    fake.on_sleep.append(first_renews_for_30_seconds)
+    summary = second.run(until_idle=True)
+
+    assert len(read_while_held) > 4 and set(read_while_held) == {0}
+    assert summary.records == 2  # once the first stopped renewing
+    assert_cleaned(stack, item)
+    assert not first.lease.renew()
+    assert first.lease.owner.startswith("replica") and second.lease.owner.startswith("replica")
+
+
+def test_a_checkpoint_is_never_moved_backwards(stack):
+    for n in range(3):
+        stack.put_session(f"s{n}")
+    numbers = sequence_numbers(stack)
+    table = f"ckpt-{stack.table}"
+    ensure_table(stack.ddb, table)
+    holder = Lease(stack.ddb, table, stack.stream_arn, "holder", 10.0)
+    assert holder.try_acquire()
+    store = CheckpointStore(stack.ddb, table, stack.stream_arn, holder)
+    store.save("shard-1", Checkpoint(numbers[2]))
+
+    with pytest.raises(LeaseLostError):
+        store.save("shard-1", Checkpoint(numbers[0]))
+
+    assert checkpoint_of(stack, "shard-1")["sequenceNumber"]["S"] == numbers[2]
+
+
+def checkpoint_of(stack: Any, shard: str) -> dict[str, Any]:
+    return checkpoint(stack, shard)  # type: ignore[return-value]
