@@ -3,9 +3,10 @@
 Items (hash key ``stream``: the stream ARN, range key ``shard``):
 
 * one per shard: ``sequenceNumber`` (the last record up to which everything is clean) and ``finished`` (the shard is
-  closed and every record of it is clean: it is never read again); ``position``, the same place as a string that
-  sorts as the stream does, so that a checkpoint is only ever written over one at or before it: a checkpoint never
-  moves backwards, whoever writes it;
+  closed and every record of it is clean: it is never read again); for a shard started at LATEST that has no clean
+  record yet, its pin: ``atSequenceNumber`` (the first record it read) or ``since`` (when it started). ``position``
+  is the same place as a string that sorts as the stream does: a checkpoint is only written over one at or before
+  it, so it never moves backwards, whoever writes it;
 * one lease (``shard`` = ``#lease``): ``owner`` and ``version``.
 
 A checkpoint is written in one transaction with a check that its writer still owns the lease
@@ -31,6 +32,7 @@ __all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
 
 SAVE_ACTIONS = ("dynamodb:PutItem", "dynamodb:ConditionCheckItem")
 SEQUENCE_DIGITS = 40  # DynamoDB Streams' longest sequence number
+FINISHED = "~"  # sorts after every position: nothing is written over a finished shard
 FORGET_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")
 
 
@@ -40,13 +42,22 @@ class Checkpoint:
 
     sequence_number: str | None
     finished: bool = False
+    at: str | None = None
+    """A shard started at LATEST, pinned at the first record it read (not clean yet): read again from there."""
+    since: float | None = None
+    """A shard started at LATEST that has read no record of its own yet: the service's time when it started (records
+    older than that, less a margin, were there before the start and are passed over)."""
 
     @property
     def position(self) -> str | None:
         """Where the checkpoint stands, as a string that sorts in stream order (None: before any record)."""
-        if self.sequence_number is None:
-            return None
-        return self.sequence_number.rjust(SEQUENCE_DIGITS, "0")
+        if self.finished:
+            return FINISHED
+        if self.sequence_number is not None:
+            return self.sequence_number.rjust(SEQUENCE_DIGITS, "0") + "1"  # after the record
+        if self.at is not None:
+            return self.at.rjust(SEQUENCE_DIGITS, "0") + "0"  # at the record: before "after" it
+        return None
 
 
 class CheckpointStore:
@@ -77,8 +88,7 @@ class CheckpointStore:
             for item in page.get("Items", []):
                 shard = item["shard"]["S"]
                 if shard != LEASE_SHARD:
-                    number = item.get("sequenceNumber", {}).get("S")
-                    checkpoints[shard] = Checkpoint(number, item.get("finished", {}).get("BOOL", False))
+                    checkpoints[shard] = _checkpoint(item)
             if "LastEvaluatedKey" not in page:
                 return checkpoints
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -101,6 +111,10 @@ class CheckpointStore:
         }
         if checkpoint.sequence_number is not None:
             item["sequenceNumber"] = {"S": checkpoint.sequence_number}
+        if checkpoint.at is not None:
+            item["atSequenceNumber"] = {"S": checkpoint.at}
+        if checkpoint.since is not None:
+            item["since"] = {"N": repr(checkpoint.since)}
         put: PutTypeDef = {
             "TableName": self._table,
             "Item": item,
@@ -128,3 +142,13 @@ class CheckpointStore:
             raise LeaseLostError("another consumer holds the stream's lease, or has checkpointed further") from exc
         except CleanupError as exc:
             raise table_error(exc, self._table, "TransactWriteItems", actions) from exc
+
+
+def _checkpoint(item: dict[str, Any]) -> Checkpoint:
+    since = item.get("since", {}).get("N")
+    return Checkpoint(
+        item.get("sequenceNumber", {}).get("S"),
+        item.get("finished", {}).get("BOOL", False),
+        at=item.get("atSequenceNumber", {}).get("S"),
+        since=float(since) if since is not None else None,
+    )

@@ -26,7 +26,7 @@ from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_tabl
 from cleanup.streams.lease import Heartbeat, Lease, owner_name
 from cleanup.streams.progress import Progress
 from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, ShardReader, list_shards, startable
-from cleanup.streams.shard_state import BatchAttempts, Cursor, PollSummary
+from cleanup.streams.shard_state import BatchAttempts, Cursor, Pins, PollSummary
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
@@ -77,6 +77,7 @@ class StreamPoller:
         self._cursors: dict[str, Cursor] = {}
         self._finished: set[str] = set()
         self._checkpoints = PollCheckpoints(self.store, settings, self._stopping, self._wait)
+        self._pins = Pins(self._checkpoints)
         self._rediscover = True
         self._dry_run = not consumes(settings)
 
@@ -221,22 +222,21 @@ class StreamPoller:
             return
         self._forget_vanished({shard.shard_id for shard in shards})
         for shard in startable(shards, self._finished, self._cursors):
-            saved = self._checkpoints.saved.get(shard.shard_id)
-            checkpoint = saved.sequence_number if saved else None
+            saved = self._pins.start(shard.shard_id) or Checkpoint(None)
             # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
             start = StartPosition.TRIM_HORIZON if shard.parent_id else self.runtime.settings.start_position
-            limit = self.runtime.settings.batch_size
-            idle = IDLE_AFTER_EMPTY_READS
             reader = ShardReader(
                 self._streams,
                 self.stream_arn,
                 shard.shard_id,
-                after=checkpoint,
+                after=saved.sequence_number,
+                at=saved.at,
+                since=saved.since,
                 start=start,
-                limit=limit,
-                empty_reads_at_end=idle,
+                limit=self.runtime.settings.batch_size,
+                empty_reads_at_end=IDLE_AFTER_EMPTY_READS,
             )
-            self._cursors[shard.shard_id] = Cursor(shard, checkpoint, reader)
+            self._cursors[shard.shard_id] = Cursor(shard, saved.sequence_number, reader)
             log.info("shard started", extra={"shardId": shard.shard_id, "parentShardId": shard.parent_id})
         self._rediscover = False
 
@@ -284,7 +284,11 @@ class StreamPoller:
             self._report_lost(cursor.shard_id, reader.gap_after, first)
             reader.gap_after = None
         if not page.records:
-            cursor.not_before = self._clock() + self.runtime.settings.poll_interval_seconds
+            self._pins.pin(cursor)
+            # Records passed over (written before a LATEST start) are no empty read: the next page is read at once.
+            cursor.not_before = self._clock() + (
+                self.runtime.settings.poll_interval_seconds if reader.empty_reads else 0
+            )
             if reader.ended:
                 self._finish(cursor)
             return
@@ -297,9 +301,10 @@ class StreamPoller:
     def _handle(self, cursor: Cursor) -> None:
         assert cursor.batch is not None
         self._ensure_lease()  # again: the read before it may have outlasted the lease (a wedged call)
+        self._pins.pin(cursor)  # before anything is done with the records: a LATEST start is found again
         clean_through = self._handler.handle(cursor)
         if clean_through is not None:
-            cursor.checkpoint = clean_through
+            cursor.checkpoint, cursor.pinning = clean_through, False
             self._checkpoints.save(cursor.shard_id, Checkpoint(clean_through))
         if not cursor.batch.finished:
             cursor.not_before = self._clock() + cursor.batch.wait()

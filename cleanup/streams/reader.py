@@ -10,6 +10,9 @@ The one reader of the stream poller, ``capture`` and ``redrive``:
 * ``ShardReader``: one shard, page after page, from a position. An iterator lives 15 minutes: an expired one is
   opened again just after the last record read. A position older than the stream's 24-hour retention starts over at
   the shard's oldest record, and the reader says after which record the gap begins (``gap_after``).
+  LATEST is no position one can come back to: a reader started there names one (``resume_point``) for the consumer
+  to keep, the first record it hands out or, until then, the service's time when it started. Read again from that
+  time, the shard is read from its oldest record, passing over the records written before the start.
 * ``raw_get_records``: boto3 turns ApproximateCreationDateTime into a datetime and binary values into bytes; capture,
   replay and the dead-letter queue want the wire JSON (base64 binary, epoch seconds), so the raw body is kept.
 """
@@ -18,12 +21,15 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError, TrimmedDataError
+from cleanup.streams.checkpoints import Checkpoint
 from cleanup.telemetry import log
 from schemas.settings import StartPosition
 
@@ -34,6 +40,10 @@ if TYPE_CHECKING:
 EMPTY_READS_AT_END = 3
 """An open shard can answer empty before records that are there: this many empty reads in a row end a one-off read
 to the end (``capture``, ``redrive``)."""
+LATEST_MARGIN_SECONDS = 60.0
+"""Read again from a LATEST start's time, records up to this much older are read too: a record's creation time and
+the service's clock are rounded to the second, and may not be one clock. Reading a record before the start is
+harmless; passing over one after it is not."""
 IDLE_AFTER_EMPTY_READS = 1
 """A consumer that keeps polling (the stream poller) counts a shard idle at its first empty read: whatever comes
 later is read on its next poll (or by the next ``run --until-idle``, from the checkpoint)."""
@@ -143,6 +153,19 @@ def open_iterator(
         StreamNotFoundError: the stream or the shard does not exist (any more).
         TransientError / PermanentError: throttling, a server error, access denied.
     """
+    return dated_iterator(streams, stream_arn, shard_id, after=after, at=at, start=start)[0]
+
+
+def dated_iterator(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard_id: str,
+    *,
+    after: str | None = None,
+    at: str | None = None,
+    start: StartPosition | str = StartPosition.TRIM_HORIZON,
+) -> tuple[str, float]:
+    """``open_iterator``, and the service's time when it answered (epoch seconds; this host's, if it names none)."""
     request: dict[str, Any] = {"StreamArn": stream_arn, "ShardId": shard_id, "ShardIteratorType": str(start)}
     if after is not None:
         request.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
@@ -151,7 +174,14 @@ def open_iterator(
     answer = _stream_call(streams.get_shard_iterator, "GetShardIterator", **request)
     if answer is None:
         raise StreamNotFoundError(f"shard {shard_id} of {stream_arn} does not exist")
-    return str(answer["ShardIterator"])
+    return str(answer["ShardIterator"]), _service_time(answer)
+
+
+def _service_time(answer: dict[str, Any]) -> float:
+    try:
+        return parsedate_to_datetime(answer["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return time.time()
 
 
 def read_page(streams: DynamoDBStreamsClient, iterator: str, limit: int | None = None) -> Page:
@@ -181,10 +211,13 @@ class ShardReader:
         *,
         after: str | None = None,
         at: str | None = None,
+        since: float | None = None,
         start: StartPosition | str = StartPosition.TRIM_HORIZON,
         limit: int | None = None,
         empty_reads_at_end: int = EMPTY_READS_AT_END,
     ) -> None:
+        """From just after ``after``, at ``at``, from the records written since ``since`` (a LATEST start's time),
+        or else at ``start``; in that order."""
         self.streams, self.stream_arn, self.shard_id = streams, stream_arn, shard_id
         self.empty_reads_at_end = empty_reads_at_end
         self.last = after
@@ -194,8 +227,25 @@ class ShardReader:
         self.empty_reads = 0
         self.gap_after: str | None = None
         """Set when the position was trimmed: the records after it, up to the next page's first, were lost."""
+        self.first: str | None = None
+        """The first record handed out."""
+        self.since = since
+        """A LATEST start's time (the service's), until it hands out a record."""
+        self._pinned = at is not None or since is not None or (after is None and start == StartPosition.LATEST)
+        self._skip_before = None if since is None else since - LATEST_MARGIN_SECONDS
         self._at, self._start, self._limit = at, start, limit
         self._iterator: str | None = None
+
+    def resume_point(self) -> Checkpoint | None:
+        """Where to read again from to see every record this reader has handed out, or will, when it started at
+        LATEST (or at such a point); None for any other start, which is a position already."""
+        if not self._pinned:
+            return None
+        if self.first is not None:
+            return Checkpoint(None, at=self.first)
+        if self.since is not None:
+            return Checkpoint(self.last, since=self.since)
+        return None
 
     @property
     def drained(self) -> bool:
@@ -224,13 +274,35 @@ class ShardReader:
         self.empty_reads = 0 if page.records else self.empty_reads + 1
         if page.records:
             self.last = str(page.records[-1]["dynamodb"]["SequenceNumber"])
-        return page
+        records = self._since_the_start(page.records)
+        if records and self.first is None:
+            self.first = str(records[0]["dynamodb"]["SequenceNumber"])
+        return Page(records, page.next_iterator)
+
+    def _since_the_start(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records from the first one written after a LATEST start (the ones before it are passed over)."""
+        if self._skip_before is None:
+            return records
+        for n, record in enumerate(records):
+            created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+            if not isinstance(created, int | float) or created >= self._skip_before:
+                self._skip_before = None
+                return records[n:]
+        return []
 
     def _open(self) -> str:
         try:
             if self.last is not None:
                 return open_iterator(self.streams, self.stream_arn, self.shard_id, after=self.last)
-            return open_iterator(self.streams, self.stream_arn, self.shard_id, at=self._at, start=self._start)
+            if self._at is not None:
+                return open_iterator(self.streams, self.stream_arn, self.shard_id, at=self._at)
+            if self.since is not None:  # read again from a LATEST start: the oldest record on, passing over some
+                self._skip_before = self.since - LATEST_MARGIN_SECONDS
+                return open_iterator(self.streams, self.stream_arn, self.shard_id)
+            iterator, now = dated_iterator(self.streams, self.stream_arn, self.shard_id, start=self._start)
+            if self._start == StartPosition.LATEST:
+                self.since = now
+            return iterator
         except TrimmedDataError:
             self.gap_after = self.last or self._at
             return open_iterator(self.streams, self.stream_arn, self.shard_id, start=StartPosition.TRIM_HORIZON)

@@ -4,6 +4,9 @@ The batch is retried in place by the core (``cleanup.inplace``): the records not
 checkpoint stops at the last record before the first of them, and a record is given up (dead-lettered) on its
 MAX_RECORD_ATTEMPTS-th permanent failure or once it has been failing for MAX_RECORD_RETRY_SECONDS. With no dead-letter
 queue a record given up holds its shard, which says so on every attempt.
+
+A shard started at LATEST has no position to come back to until it has a clean record: ``Pins`` writes the one its
+reader names (``ShardReader.resume_point``) before anything is done with what it read.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from typing import Any
 from cleanup.aws.retry import Deadline
 from cleanup.inplace import InPlaceBatch
 from cleanup.runtime import Runtime
+from cleanup.streams.checkpointing import PollCheckpoints
+from cleanup.streams.checkpoints import Checkpoint
 from cleanup.streams.reader import Shard, ShardReader
+from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
 
 
@@ -60,6 +66,8 @@ class Cursor:
     not_before: float = 0.0
     failures: int = 0
     """Failed reads in a row."""
+    pinning: bool = True
+    """Until its first clean checkpoint, the reader's resume point is written (``Pins``)."""
 
     @property
     def shard_id(self) -> str:
@@ -74,6 +82,37 @@ class Cursor:
     def idle(self) -> bool:
         """Nothing to do until new records arrive: drained with no batch in flight, or held by a stuck record."""
         return self.exhausted or (self.batch is None and self.reader.drained)
+
+
+class Pins:
+    """The resume points of shards started at LATEST, written before the records read are acted on. A dry run writes
+    none: it keeps them in memory, for the reading from the checkpoints that follows a switch back to enforce."""
+
+    def __init__(self, checkpoints: PollCheckpoints) -> None:
+        self._checkpoints = checkpoints
+        self._unwritten: dict[str, Checkpoint] = {}
+
+    def start(self, shard_id: str) -> Checkpoint | None:
+        """Where the shard's reading starts: its checkpoint, or a resume point a dry run did not write."""
+        return self._checkpoints.saved.get(shard_id) or self._unwritten.get(shard_id)
+
+    def pin(self, cursor: Cursor) -> None:
+        """Write the cursor's resume point if it moved (a no-op once the shard has a clean checkpoint).
+
+        Raises:
+            TransientError: not written (the checkpoint table failed); the records read wait for it.
+            LeaseLostError: another consumer owns the stream, or has checkpointed the shard further.
+        """
+        point = cursor.reader.resume_point() if cursor.pinning else None
+        writes = self._checkpoints.writes
+        known = self._checkpoints.saved.get(cursor.shard_id) if writes else self._unwritten.get(cursor.shard_id)
+        if point is None or point == known:
+            return
+        if not self._checkpoints.save(cursor.shard_id, point, strict=True):
+            self._unwritten[cursor.shard_id] = point
+        log.info(
+            "shard started at LATEST pinned", extra={"shardId": cursor.shard_id, "at": point.at, "since": point.since}
+        )
 
 
 class BatchAttempts:
