@@ -52,7 +52,9 @@ class StreamPoller:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
         before_checkpoint: BeforeCheckpoint | None = None,
+        start_position: StartPosition | None = None,
     ) -> None:
+        """``start_position``: where a shard without a checkpoint starts (default: START_POSITION)."""
         settings = runtime.settings
         self.runtime = runtime
         self.stream_arn = stream_arn
@@ -80,6 +82,7 @@ class StreamPoller:
         self._pins = Pins(self._checkpoints)
         self._rediscover = True
         self._dry_run = not consumes(settings)
+        self._start_position = start_position or settings.start_position
 
     def request_stop(self) -> None:
         """Stop after the batch in flight, its checkpoint written (safe from a signal handler)."""
@@ -169,6 +172,8 @@ class StreamPoller:
             if self._rediscover or self._clock() >= next_discovery:
                 self._discover()
                 next_discovery = self._clock() + self.runtime.settings.shard_discovery_seconds
+            if self.summary.stream_ended:
+                break
             if until_idle and not self._rediscover and all(c.idle for c in self._cursors.values()):
                 break
             ready = [c for c in self._cursors.values() if c.not_before <= self._clock()]
@@ -220,11 +225,17 @@ class StreamPoller:
             log.warning("DescribeStream failed; will retry", extra={"error": str(exc)})
             self._wait(self._backoff.seconds(1))
             return
+        except StreamNotFoundError:
+            self._stream_gone()
+            return
         self._forget_vanished({shard.shard_id for shard in shards})
+        if shards and all(shard.closed and shard.shard_id in self._finished for shard in shards):
+            log.warning("every shard of the stream is closed and read: the stream was disabled", extra=self._about)
+            self.summary.stream_ended = True
         for shard in startable(shards, self._finished, self._cursors):
             saved = self._pins.start(shard.shard_id) or Checkpoint(None)
             # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
-            start = StartPosition.TRIM_HORIZON if shard.parent_id else self.runtime.settings.start_position
+            start = StartPosition.TRIM_HORIZON if shard.parent_id else self._start_position
             reader = ShardReader(
                 self._streams,
                 self.stream_arn,
@@ -321,6 +332,21 @@ class StreamPoller:
         self._rediscover = True  # its children may start now
         self.summary.finished_shards.append(cursor.shard_id)
         log.info("shard finished", extra={"shardId": cursor.shard_id, "sequenceNumber": cursor.checkpoint})
+
+    def _stream_gone(self) -> None:
+        """The stream no longer exists (24 hours after it was disabled): whatever its shards held past their
+        checkpoints is lost, reported."""
+        log.error("the stream no longer exists", extra=self._about)
+        unfinished = {shard: c.sequence_number for shard, c in self._checkpoints.saved.items() if not c.finished}
+        unfinished.update((shard, cursor.checkpoint) for shard, cursor in self._cursors.items())
+        for shard_id, after in unfinished.items():
+            self._report_lost(shard_id, after, None)
+        self._cursors.clear()
+        self.summary.stream_ended = self.summary.stream_gone = True
+
+    @property
+    def _about(self) -> dict[str, str]:
+        return {"streamArn": self.stream_arn, "consumer": self.consumer_id}
 
     # Checkpoints.
     def _report_lost(self, shard_id: str, after: str | None, before: str | None) -> None:

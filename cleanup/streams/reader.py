@@ -2,11 +2,8 @@
 
 The one reader of the stream poller, ``capture`` and ``redrive``:
 
-* ``latest_stream_arn``: a table's current stream (also one that was disabled: it still holds 24 hours of records).
-* ``list_shards`` and ``startable``: DynamoDB Streams splits a shard about every four hours: the parent closes (its
-  SequenceNumberRange gets an EndingSequenceNumber) and children name it in ParentShardId. Records of one item move
-  from the parent to a child, so a child may only be read once its parent is finished, or they would be handled out
-  of order.
+* ``latest_stream_arn``, ``list_shards`` and ``startable`` (``cleanup.streams.discovery``): a table's stream, its
+  shards, and which of them may be read now.
 * ``ShardReader``: one shard, page after page, from a position. An iterator lives 15 minutes: an expired one is
   opened again just after the last record read. A position older than the stream's 24-hour retention starts over at
   the shard's oldest record, and the reader says after which record the gap begins (``gap_after``).
@@ -22,7 +19,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -30,12 +26,26 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError, TrimmedDataError
 from cleanup.streams.checkpoints import Checkpoint
+from cleanup.streams.discovery import Shard, latest_stream_arn, list_shards, startable
 from cleanup.telemetry import log
 from schemas.settings import StartPosition
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+__all__ = [
+    "EMPTY_READS_AT_END",
+    "IDLE_AFTER_EMPTY_READS",
+    "Page",
+    "Shard",
+    "ShardReader",
+    "latest_stream_arn",
+    "list_shards",
+    "open_iterator",
+    "raw_get_records",
+    "read_page",
+    "startable",
+]
 
 EMPTY_READS_AT_END = 3
 """An open shard can answer empty before records that are there: this many empty reads in a row end a one-off read
@@ -50,91 +60,11 @@ later is read on its next poll (or by the next ``run --until-idle``, from the ch
 
 
 @dataclass(frozen=True, slots=True)
-class Shard:
-    """One shard as DescribeStream lists it (``first``: its StartingSequenceNumber)."""
-
-    shard_id: str
-    parent_id: str | None
-    closed: bool
-    first: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Page:
     """One GetRecords answer: the records as sent, and the next iterator (None at the end of a closed shard)."""
 
     records: list[dict[str, Any]]
     next_iterator: str | None
-
-
-def latest_stream_arn(dynamodb: DynamoDBClient, table: str) -> str:
-    """The ARN of ``table``'s current stream.
-
-    A stream that was disabled is still returned (with a warning): it holds its records for 24 hours more, and the
-    REMOVEs among them still need cleaning.
-
-    Raises:
-        StreamNotFoundError: the table does not exist, or has no stream.
-        TransientError / PermanentError: the table could not be described.
-    """
-    description = call_or_gone(
-        dynamodb.describe_table, "DescribeTable", None, ("ResourceNotFoundException",), TableName=table
-    )
-    if description is None:
-        raise StreamNotFoundError(f"table {table!r} does not exist")
-    arn = description["Table"].get("LatestStreamArn")
-    if not arn:
-        raise StreamNotFoundError(
-            f"table {table!r} has no stream enabled: enable one with StreamViewType NEW_AND_OLD_IMAGES"
-        )
-    if not description["Table"].get("StreamSpecification", {}).get("StreamEnabled"):
-        log.warning("the table's stream is disabled: reading what it still holds", extra={"streamArn": arn})
-    return str(arn)
-
-
-def list_shards(streams: DynamoDBStreamsClient, stream_arn: str) -> list[Shard]:
-    """Every shard of the stream (DescribeStream, every page).
-
-    Raises:
-        StreamNotFoundError: the stream does not exist (any more).
-        TransientError / PermanentError: the stream could not be described.
-    """
-    shards: list[Shard] = []
-    request: dict[str, Any] = {"StreamArn": stream_arn}
-    while True:
-        answer = call_or_gone(
-            streams.describe_stream, "DescribeStream", None, ("ResourceNotFoundException",), **request
-        )
-        if answer is None:
-            raise StreamNotFoundError(f"stream {stream_arn} does not exist")
-        description = answer["StreamDescription"]
-        for shard in description.get("Shards", []):
-            numbers = shard.get("SequenceNumberRange", {})
-            closed = "EndingSequenceNumber" in numbers
-            shards.append(
-                Shard(shard["ShardId"], shard.get("ParentShardId"), closed, numbers.get("StartingSequenceNumber"))
-            )
-        last = description.get("LastEvaluatedShardId")
-        if not last:
-            return shards
-        request["ExclusiveStartShardId"] = last
-
-
-def startable(shards: Iterable[Shard], finished: Collection[str], started: Collection[str]) -> list[Shard]:
-    """The shards to start now: not finished, not started, and whose parent is finished, or no longer listed and
-    not being read either (a parent that left the stream while its records were in hand is done with first)."""
-    listed = {shard.shard_id for shard in shards}
-    return [
-        shard
-        for shard in shards
-        if shard.shard_id not in finished
-        and shard.shard_id not in started
-        and (
-            shard.parent_id is None
-            or shard.parent_id in finished
-            or (shard.parent_id not in listed and shard.parent_id not in started)
-        )
-    ]
 
 
 def open_iterator(

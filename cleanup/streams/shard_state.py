@@ -48,9 +48,25 @@ class PollSummary:
     """Sequence numbers still failing and given up, with no dead-letter queue to take them, when the run ended."""
     lost: list[dict[str, str | None]] = field(default_factory=list)
     """Ranges of records trimmed from the stream before they were read (after / before sequence numbers)."""
+    stream_ended: bool = False
+    """Every shard of the stream is closed and read to its end (the stream was disabled), or the stream is gone."""
+    stream_gone: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def add(self, other: PollSummary) -> None:
+        """Count ``other`` (the run of another stream of the same table) in this one."""
+        for name, value in vars(other).items():
+            mine = getattr(self, name)
+            if isinstance(value, bool):
+                setattr(self, name, mine or value)
+            elif isinstance(value, int):
+                setattr(self, name, mine + value)
+            elif isinstance(value, list):
+                mine.extend(value)
+            else:
+                mine.update(value)
 
 
 @dataclass
