@@ -5,7 +5,10 @@ turns on one thread (the pipeline cleans each batch's records concurrently); a f
 while the others go on. Everything runs under the stream's lease (``cleanup.streams.lease``); without it the poller
 stands by. A dry run writes nothing, so it takes no lease and creates no table: it reads the checkpoints (if the
 table exists) and runs beside the consumer that holds the lease, without delaying it. The loop's pulse
-(``cleanup.streams.progress``) is the container's health and the condition of the lease's renewal.
+(``cleanup.streams.progress``) is the container's health and the condition of the lease's renewal. A shard started
+at LATEST is pinned before its records are acted on (``shard_state.Pins``). Once every shard of the stream is closed
+and read, or the stream is gone, ``run()`` returns (``summary.stream_ended``): ``cleanup.streams.follow`` goes on
+with the table's next stream.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Heartbeat, Lease, owner_name
 from cleanup.streams.progress import Progress
-from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, ShardReader, list_shards, startable
-from cleanup.streams.shard_state import BatchAttempts, Cursor, Pins, PollSummary
+from cleanup.streams.reader import list_shards, startable
+from cleanup.streams.shard_state import BatchAttempts, Cursor, Pins, PollSummary, report_lost, shard_reader
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
@@ -233,20 +236,10 @@ class StreamPoller:
             log.warning("every shard of the stream is closed and read: the stream was disabled", extra=self._about)
             self.summary.stream_ended = True
         for shard in startable(shards, self._finished, self._cursors):
-            saved = self._pins.start(shard.shard_id) or Checkpoint(None)
             # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
             start = StartPosition.TRIM_HORIZON if shard.parent_id else self._start_position
-            reader = ShardReader(
-                self._streams,
-                self.stream_arn,
-                shard.shard_id,
-                after=saved.sequence_number,
-                at=saved.at,
-                since=saved.since,
-                start=start,
-                limit=self.runtime.settings.batch_size,
-                empty_reads_at_end=IDLE_AFTER_EMPTY_READS,
-            )
+            saved = self._pins.start(shard.shard_id) or Checkpoint(None)
+            reader = shard_reader(self._streams, self.stream_arn, shard.shard_id, saved, start, self.runtime.settings)
             self._cursors[shard.shard_id] = Cursor(shard, saved.sequence_number, reader)
             log.info("shard started", extra={"shardId": shard.shard_id, "parentShardId": shard.parent_id})
         self._rediscover = False
@@ -256,7 +249,7 @@ class StreamPoller:
             if shard_id in listed or shard_id in self._cursors:
                 continue  # a shard still being read is done with when its reading ends (``_left_the_stream``)
             if not saved.finished:
-                self._report_lost(shard_id, saved.sequence_number, None)
+                report_lost(self.runtime, self.summary, shard_id, saved.sequence_number, None)
             if not self._checkpoints.forget(shard_id):
                 return  # stopping: the next consumer forgets it (and reports its loss again)
 
@@ -279,7 +272,7 @@ class StreamPoller:
     def _left_the_stream(self, cursor: Cursor) -> None:
         """The shard is gone (trimmed after it closed) while it was being read: whatever it still held past the last
         clean record is lost, reported; its checkpoint is forgotten and its children may start."""
-        self._report_lost(cursor.shard_id, cursor.checkpoint, None)
+        report_lost(self.runtime, self.summary, cursor.shard_id, cursor.checkpoint, None)
         del self._cursors[cursor.shard_id]
         self._finished.add(cursor.shard_id)
         self._rediscover = True
@@ -292,7 +285,7 @@ class StreamPoller:
         cursor.failures = 0
         if reader.gap_after is not None:
             first = page.records[0].get("dynamodb", {}).get("SequenceNumber") if page.records else None
-            self._report_lost(cursor.shard_id, reader.gap_after, first)
+            report_lost(self.runtime, self.summary, cursor.shard_id, reader.gap_after, first)
             reader.gap_after = None
         if not page.records:
             self._pins.pin(cursor)
@@ -340,20 +333,10 @@ class StreamPoller:
         unfinished = {shard: c.sequence_number for shard, c in self._checkpoints.saved.items() if not c.finished}
         unfinished.update((shard, cursor.checkpoint) for shard, cursor in self._cursors.items())
         for shard_id, after in unfinished.items():
-            self._report_lost(shard_id, after, None)
+            report_lost(self.runtime, self.summary, shard_id, after, None)
         self._cursors.clear()
         self.summary.stream_ended = self.summary.stream_gone = True
 
     @property
     def _about(self) -> dict[str, str]:
         return {"streamArn": self.stream_arn, "consumer": self.consumer_id}
-
-    # Checkpoints.
-    def _report_lost(self, shard_id: str, after: str | None, before: str | None) -> None:
-        log.error(
-            "records lost: trimmed from the stream before they were read",
-            extra={"shardId": shard_id, "afterSequenceNumber": after, "beforeSequenceNumber": before},
-        )
-        self.runtime.metrics.count("RecordsLost")
-        self.runtime.metrics.flush()
-        self.summary.lost.append({"shardId": shard_id, "after": after, "before": before})

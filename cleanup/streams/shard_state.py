@@ -13,16 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.retry import Deadline
 from cleanup.inplace import InPlaceBatch
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint
-from cleanup.streams.reader import Shard, ShardReader
+from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, Shard, ShardReader
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
+from schemas.settings import Settings, StartPosition
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 
 @dataclass
@@ -98,6 +102,39 @@ class Cursor:
     def idle(self) -> bool:
         """Nothing to do until new records arrive: drained with no batch in flight, or held by a stuck record."""
         return self.exhausted or (self.batch is None and self.reader.drained)
+
+
+def shard_reader(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard_id: str,
+    saved: Checkpoint,
+    start: StartPosition,
+    settings: Settings,
+) -> ShardReader:
+    """The poller's reader of a shard, from its checkpoint or pin (``saved``), or else from ``start``."""
+    return ShardReader(
+        streams,
+        stream_arn,
+        shard_id,
+        after=saved.sequence_number,
+        at=saved.at,
+        since=saved.since,
+        start=start,
+        limit=settings.batch_size,
+        empty_reads_at_end=IDLE_AFTER_EMPTY_READS,
+    )
+
+
+def report_lost(runtime: Runtime, summary: PollSummary, shard_id: str, after: str | None, before: str | None) -> None:
+    """Records that left the stream before they were read: an ERROR line, the ``RecordsLost`` metric, the summary."""
+    log.error(
+        "records lost: trimmed from the stream before they were read",
+        extra={"shardId": shard_id, "afterSequenceNumber": after, "beforeSequenceNumber": before},
+    )
+    runtime.metrics.count("RecordsLost")
+    runtime.metrics.flush()
+    summary.lost.append({"shardId": shard_id, "after": after, "before": before})
 
 
 class Pins:
