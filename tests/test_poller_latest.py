@@ -4,6 +4,9 @@ run to enforce, or an iterator that expired. Records older than the start stay u
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +14,9 @@ import pytest
 
 from cleanup.operations.killswitch import Mode
 from tests.faults import Faults
-from tests.test_poller import FakeTime, assert_cleaned, make_poller
+from tests.proxy import FaultPlan, FaultProxy
+from tests.test_poller import ROOT, FakeTime, assert_cleaned, checkpoint, make_poller, worker_command_env
+from tests.waiting import wait_for
 from worker.local.backend import DEFAULT_ACCOUNT_ID
 
 LATEST = {"start_position": "LATEST", "botocore_max_attempts": 1}
@@ -152,5 +157,40 @@ def test_an_iterator_that_expires_before_the_first_record_at_a_latest_start_lose
     summary = poller.run()
 
     assert (summary.records, summary.cleaned) == (1, 1)
+    assert_cleaned(stack, new)
+    assert_left(stack, old)
+
+
+def pin_of(stack: Any) -> dict[str, Any]:
+    """The checkpoint item of the stream's one shard ({} before there is one)."""
+    try:
+        return checkpoint(stack) or {}
+    except stack.ddb.exceptions.ResourceNotFoundException:
+        return {}
+
+
+@pytest.mark.slow  # two processes of the real command
+def test_a_record_retried_when_the_command_is_stopped_at_a_latest_start_is_cleaned_by_the_next(stack, aws, tmp_path):
+    old, new = before_the_start(stack)
+    plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
+    command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table]
+    log = tmp_path / "first.log"
+    with FaultProxy(aws.endpoint_url, plan) as proxy, log.open("w") as stderr:
+        env = worker_command_env(stack, aws, proxy.url, START_POSITION="LATEST", POLL_INTERVAL_SECONDS="0.1")
+        first = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_for(lambda: "since" in pin_of(stack), "the LATEST start's pin", alive=first, log=log)
+            stack.delete("new")
+            wait_for(lambda: plan.by_call[("kms", "RetireGrant", "throttle")] > 0, "a first try", alive=first, log=log)
+            first.send_signal(signal.SIGTERM)
+            stopped = first.wait(timeout=60)
+        finally:
+            first.kill()
+
+    env = worker_command_env(stack, aws, aws.endpoint_url, START_POSITION="LATEST")
+    resumed = subprocess.run([*command, "--until-idle"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    assert stopped == 0, log.read_text()[-2000:]
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_cleaned(stack, new)
     assert_left(stack, old)
