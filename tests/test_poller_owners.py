@@ -3,6 +3,9 @@ and no checkpoint ever moves backwards."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,7 +14,8 @@ from cleanup.exceptions import LeaseLostError
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Lease
 from cleanup.streams.poller import StreamPoller
-from tests.test_poller import FakeTime, assert_cleaned, checkpoint, sequence_numbers
+from tests.test_poller import ROOT, FakeTime, assert_cleaned, checkpoint, sequence_numbers, worker_command_env
+from tests.waiting import wait_for
 
 
 def replica(stack: Any, fake: FakeTime | None = None) -> StreamPoller:
@@ -65,3 +69,36 @@ def test_a_checkpoint_is_never_moved_backwards(stack):
 
 def checkpoint_of(stack: Any, shard: str) -> dict[str, Any]:
     return checkpoint(stack, shard)  # type: ignore[return-value]
+
+
+def lease_item(stack: Any) -> dict[str, Any]:
+    try:
+        return checkpoint(stack, "#lease") or {}
+    except stack.ddb.exceptions.ResourceNotFoundException:
+        return {}
+
+
+@pytest.mark.slow  # two processes of the real command
+def test_two_run_commands_with_the_same_consumer_id_never_both_hold_the_lease(stack, aws, tmp_path):
+    env = worker_command_env(stack, aws, aws.endpoint_url, POLL_INTERVAL_SECONDS="0.1", LEASE_SECONDS="5")
+    command = [sys.executable, "-m", "worker.cli", "run", "--table-name", stack.table, "--consumer-id", "replica"]
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for log in logs:
+            with log.open("w") as stderr:
+                processes.append(subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr))
+            wait_for(lambda: lease_item(stack).get("owner", {}).get("S"), "a lease holder", alive=processes[0])
+        first_owner = lease_item(stack)["owner"]["S"]
+        wait_for(
+            lambda: "standing by" in logs[1].read_text(), "the second to stand by", alive=processes[1], log=logs[1]
+        )
+        owner_while_both_run = lease_item(stack)["owner"]["S"]
+    finally:
+        for process in reversed(processes):  # the standby first: it must not take the lease the first releases
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+
+    holding = [log.read_text().count('"holding the stream lease"') for log in logs]
+    assert owner_while_both_run == first_owner and first_owner.startswith("replica:")
+    assert holding[0] == 1 and holding[1] == 0, holding
