@@ -16,6 +16,7 @@ import pytest
 from cleanup.streams.checkpoints import ensure_table
 from cleanup.streams.lease import Heartbeat, Lease
 from cleanup.streams.poller import StreamPoller
+from cleanup.streams.stream_state import StreamState
 from tests.kcl_daemon import FakeDaemon, KinesisShard, kinesis_payload
 from tests.waiting import WAIT_GUARD_SECONDS, wait_for
 from worker import cli
@@ -76,6 +77,19 @@ def test_no_poller_file_is_unhealthy_and_the_bound_defaults_to_three_lease_terms
 
     assert (missing, stale) == (1, 1)
     assert "HEALTH_STALE_SECONDS: 6" in capsys.readouterr().out
+
+
+def test_a_live_poller_whose_stream_has_ended_is_unhealthy_with_the_reason(tmp_path, monkeypatch, capsys):
+    health_file = tmp_path / "health"
+    health_file.touch()  # the loop is alive...
+    reason = "stream arn:aws:dynamodb:us-east-1:1:table/t/stream/x no longer exists, and table t names no other stream"
+    StreamState(str(health_file)).problem(reason)  # ...but its stream is gone
+    monkeypatch.setenv("HEALTH_FILE", str(health_file))
+
+    code = cli.main(["health"])
+
+    assert code == 1
+    assert capsys.readouterr().out.strip() == f"unhealthy: {reason}"
 
 
 def test_invalid_settings_are_unhealthy_with_exit_1_not_2(tmp_path, monkeypatch, capsys):
