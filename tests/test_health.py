@@ -16,6 +16,7 @@ import pytest
 from cleanup.streams.checkpoints import ensure_table
 from cleanup.streams.lease import Heartbeat, Lease
 from cleanup.streams.poller import StreamPoller
+from cleanup.streams.stream_state import StreamState
 from tests.kcl_daemon import FakeDaemon, KinesisShard, kinesis_payload
 from tests.waiting import WAIT_GUARD_SECONDS, wait_for
 from worker import cli
@@ -76,6 +77,19 @@ def test_no_poller_file_is_unhealthy_and_the_bound_defaults_to_three_lease_terms
 
     assert (missing, stale) == (1, 1)
     assert "HEALTH_STALE_SECONDS: 6" in capsys.readouterr().out
+
+
+def test_a_live_poller_whose_stream_has_ended_is_unhealthy_with_the_reason(tmp_path, monkeypatch, capsys):
+    health_file = tmp_path / "health"
+    health_file.touch()  # the loop is alive...
+    reason = "stream arn:aws:dynamodb:us-east-1:1:table/t/stream/x no longer exists, and table t names no other stream"
+    StreamState(str(health_file)).problem(reason)  # ...but its stream is gone
+    monkeypatch.setenv("HEALTH_FILE", str(health_file))
+
+    code = cli.main(["health"])
+
+    assert code == 1
+    assert capsys.readouterr().out.strip() == f"unhealthy: {reason}"
 
 
 def test_invalid_settings_are_unhealthy_with_exit_1_not_2(tmp_path, monkeypatch, capsys):
@@ -183,11 +197,13 @@ def test_a_wedged_poller_loses_its_lease_to_the_standby_fails_its_health_check_a
     standby = StreamPoller(runtimes["standby"], stack.stream_arn, consumer_id="standby")
     threads = [start(wedged)]
     try:
-        wait_for(lambda: held.holding.is_set() and lease_owner(stack) == "wedged", "the first poller's held read")
+        wait_for(
+            lambda: held.holding.is_set() and lease_owner(stack) == wedged.lease.owner, "the first poller's held read"
+        )
         threads.append(start(standby))
 
         # The standby takes over LEASE_SECONDS after the last renewal, which stopped with the loop: it cleans.
-        wait_for(lambda: lease_owner(stack) == "standby", "the standby's takeover", limit=30)
+        wait_for(lambda: lease_owner(stack) == standby.lease.owner, "the standby's takeover", limit=30)
         wait_for(lambda: stack.objects(item["scratchPrefix"]) == [], "the standby's cleaning")
         checks = {name: health(path, stale_seconds="1") for name, path in files.items()}
 

@@ -4,7 +4,9 @@ Made for a Dockerfile ``HEALTHCHECK`` (no curl, no port, nothing but the files t
 prints says why, and the orchestrator keeps it (``docker inspect``).
 
 * The stream poller (``cleanup-worker run``) touches HEALTH_FILE each time its loop comes round: healthy while the
-  file is younger than HEALTH_STALE_SECONDS. The file is removed when the poller stops.
+  file is younger than HEALTH_STALE_SECONDS. The file is removed when the poller stops. A poller whose stream has
+  ended (disabled, or gone) with no new stream to follow is unhealthy, whatever its pulse: it cleans nothing
+  (``<HEALTH_FILE>.stream`` says why).
 * The KCL image (``--kcl``): the MultiLangDaemon (java) is running, and no record processor has held one of its
   messages for HEALTH_STALE_SECONDS without a checkpoint. Each processor marks the message it works on in
   ``<HEALTH_FILE>.kcl-<pid>`` (``MessageMarker``): created when the message arrives, touched at each checkpoint,
@@ -24,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cleanup.exceptions import ConfigurationError
+from cleanup.streams.stream_state import stream_problem
 from schemas.settings import Settings, configuration_problems
 from worker.exit_codes import ExitCode
 
@@ -59,7 +62,11 @@ def _unhealthy(problem: str) -> int:
 
 
 def poller_problem(settings: Settings) -> str | None:
-    """Why the stream poller is not healthy, or None."""
+    """Why the stream poller is not healthy, or None: first a stream it cannot consume (disabled, or gone), then its
+    loop's pulse."""
+    stream = stream_problem(settings.health_file)
+    if stream is not None:
+        return stream
     path = Path(settings.health_file)
     try:
         age = _age(path)

@@ -100,10 +100,10 @@ class PollCheckpoints:
             log.info("dry run: no checkpoint written; the next run starts where this one did")
             return
         for shard_id, position in positions:
-            if position is None or self.saved.get(shard_id) == Checkpoint(position):
-                continue
+            saved = self.saved.get(shard_id)
+            if position is None or (saved is not None and saved.sequence_number == position):
+                continue  # written already (a LATEST start's pin at it, too: kept)
             if not self.save(shard_id, Checkpoint(position)):
-                saved = self.saved.get(shard_id)
                 log.warning(
                     "last checkpoint not written: the records after the last one written will be read again",
                     extra={"shardId": shard_id, "checkpoint": saved.sequence_number if saved else None},

@@ -3,7 +3,10 @@
 Items (hash key ``stream``: the stream ARN, range key ``shard``):
 
 * one per shard: ``sequenceNumber`` (the last record up to which everything is clean) and ``finished`` (the shard is
-  closed and every record of it is clean: it is never read again);
+  closed and every record of it is clean: it is never read again); for a shard started at LATEST that has no clean
+  record yet, its pin: ``atSequenceNumber`` (the first record it read) or ``since`` (when it started). ``position``
+  is the same place as a string that sorts as the stream does: a checkpoint is only written over one at or before
+  it, so it never moves backwards, whoever writes it;
 * one lease (``shard`` = ``#lease``): ``owner`` and ``version``.
 
 A checkpoint is written in one transaction with a check that its writer still owns the lease
@@ -23,11 +26,13 @@ from cleanup.streams.lease import LEASE_SHARD, Lease
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef
 
 __all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
 
 SAVE_ACTIONS = ("dynamodb:PutItem", "dynamodb:ConditionCheckItem")
+SEQUENCE_DIGITS = 40  # DynamoDB Streams' longest sequence number
+FINISHED = "~"  # sorts after every position: nothing is written over a finished shard
 FORGET_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:ConditionCheckItem")
 
 
@@ -37,6 +42,22 @@ class Checkpoint:
 
     sequence_number: str | None
     finished: bool = False
+    at: str | None = None
+    """A shard started at LATEST, pinned at the first record it read (not clean yet): read again from there."""
+    since: float | None = None
+    """A shard started at LATEST that has read no record of its own yet: the service's time when it started (records
+    older than that, less a margin, were there before the start and are passed over)."""
+
+    @property
+    def position(self) -> str | None:
+        """Where the checkpoint stands, as a string that sorts in stream order (None: before any record)."""
+        if self.finished:
+            return FINISHED
+        if self.sequence_number is not None:
+            return self.sequence_number.rjust(SEQUENCE_DIGITS, "0") + "1"  # after the record
+        if self.at is not None:
+            return self.at.rjust(SEQUENCE_DIGITS, "0") + "0"  # at the record: before "after" it
+        return None
 
 
 class CheckpointStore:
@@ -67,8 +88,7 @@ class CheckpointStore:
             for item in page.get("Items", []):
                 shard = item["shard"]["S"]
                 if shard != LEASE_SHARD:
-                    number = item.get("sequenceNumber", {}).get("S")
-                    checkpoints[shard] = Checkpoint(number, item.get("finished", {}).get("BOOL", False))
+                    checkpoints[shard] = _checkpoint(item)
             if "LastEvaluatedKey" not in page:
                 return checkpoints
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -77,7 +97,8 @@ class CheckpointStore:
         """Write ``shard_id``'s checkpoint, fenced by the lease.
 
         Raises:
-            LeaseLostError: another consumer owns the stream; nothing was written.
+            LeaseLostError: another consumer owns the stream, or has checkpointed the shard further; nothing was
+                written.
             TransientError: throttling or a server error; nothing was written.
             CheckpointTableError: anything else, e.g. a missing permission; nothing was written.
         """
@@ -90,7 +111,21 @@ class CheckpointStore:
         }
         if checkpoint.sequence_number is not None:
             item["sequenceNumber"] = {"S": checkpoint.sequence_number}
-        self._transact([self._lease.condition_check(), {"Put": {"TableName": self._table, "Item": item}}], SAVE_ACTIONS)
+        if checkpoint.at is not None:
+            item["atSequenceNumber"] = {"S": checkpoint.at}
+        if checkpoint.since is not None:
+            item["since"] = {"N": repr(checkpoint.since)}
+        put: PutTypeDef = {
+            "TableName": self._table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#p)",
+            "ExpressionAttributeNames": {"#p": "position"},
+        }
+        if checkpoint.position is not None:
+            item["position"] = {"S": checkpoint.position}
+            put["ConditionExpression"] = "attribute_not_exists(#p) OR #p <= :p"
+            put["ExpressionAttributeValues"] = {":p": {"S": checkpoint.position}}
+        self._transact([self._lease.condition_check(), {"Put": put}], SAVE_ACTIONS)
 
     def forget(self, shard_id: str) -> None:
         """Delete the checkpoint of a shard that is no longer in the stream (raises as ``save`` does)."""
@@ -102,8 +137,18 @@ class CheckpointStore:
     def _transact(self, items: list[TransactWriteItemTypeDef], actions: tuple[str, ...]) -> None:
         try:
             call(self._dynamodb.transact_write_items, "TransactWriteItems", None, TransactItems=items)
-        except ConditionFailedError as exc:  # the lease's condition check: the only condition in the transaction
-            self._lease.mark_lost()
-            raise LeaseLostError("the stream lease is held by another consumer") from exc
+        except ConditionFailedError as exc:  # the lease's, or a checkpoint further on than this one: either way,
+            self._lease.mark_lost()  # this consumer's view is stale: it stops, takes the lease again, reloads
+            raise LeaseLostError("another consumer holds the stream's lease, or has checkpointed further") from exc
         except CleanupError as exc:
             raise table_error(exc, self._table, "TransactWriteItems", actions) from exc
+
+
+def _checkpoint(item: dict[str, Any]) -> Checkpoint:
+    since = item.get("since", {}).get("N")
+    return Checkpoint(
+        item.get("sequenceNumber", {}).get("S"),
+        item.get("finished", {}).get("BOOL", False),
+        at=item.get("atSequenceNumber", {}).get("S"),
+        since=float(since) if since is not None else None,
+    )

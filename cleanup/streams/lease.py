@@ -13,8 +13,11 @@ the holder's term always ends before a standby can take over, however late the a
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +31,17 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 LEASE_SHARD = "#lease"
+
+
+def owner_name(consumer_id: str | None = None) -> str:
+    """This process's name in the lease: the consumer id given (else the host and process id) and a token of its own.
+
+    A holder takes back at once a lease that names it, so two processes of one name (replicas of a copied manifest)
+    would both hold it: the token makes every process a different owner, and a restarted one waits, as any standby
+    does, for its predecessor's lease to be released or to lapse.
+    """
+    token = uuid.uuid4().hex[:8]
+    return f"{consumer_id}:{token}" if consumer_id else f"{socket.gethostname()}:{os.getpid()}:{token}"
 
 
 class Lease:

@@ -5,16 +5,16 @@ turns on one thread (the pipeline cleans each batch's records concurrently); a f
 while the others go on. Everything runs under the stream's lease (``cleanup.streams.lease``); without it the poller
 stands by. A dry run writes nothing, so it takes no lease and creates no table: it reads the checkpoints (if the
 table exists) and runs beside the consumer that holds the lease, without delaying it. The loop's pulse
-(``cleanup.streams.progress``) is the container's health and the condition of the lease's renewal.
+(``cleanup.streams.progress``) is the container's health and the condition of the lease's renewal. A shard started
+at LATEST is pinned before its records are acted on (``shard_state.Pins``). Once every shard of the stream is closed
+and read, or the stream is gone, ``run()`` returns (``summary.stream_ended``): ``cleanup.streams.follow`` goes on
+with the table's next stream.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,10 +26,10 @@ from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
-from cleanup.streams.lease import Heartbeat, Lease
+from cleanup.streams.lease import Heartbeat, Lease, owner_name
 from cleanup.streams.progress import Progress
-from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, ShardReader, list_shards, startable
-from cleanup.streams.shard_state import BatchAttempts, Cursor, PollSummary
+from cleanup.streams.reader import list_shards, startable
+from cleanup.streams.shard_state import BatchAttempts, Cursor, Pins, PollSummary, report_lost, shard_reader
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import Source, read_record
@@ -55,11 +55,13 @@ class StreamPoller:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
         before_checkpoint: BeforeCheckpoint | None = None,
+        start_position: StartPosition | None = None,
     ) -> None:
+        """``start_position``: where a shard without a checkpoint starts (default: START_POSITION)."""
         settings = runtime.settings
         self.runtime = runtime
         self.stream_arn = stream_arn
-        self.consumer_id = consumer_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.consumer_id = owner_name(consumer_id)
         self.summary = PollSummary()
         self.lease = Lease(
             runtime.clients.dynamodb,
@@ -80,8 +82,10 @@ class StreamPoller:
         self._cursors: dict[str, Cursor] = {}
         self._finished: set[str] = set()
         self._checkpoints = PollCheckpoints(self.store, settings, self._stopping, self._wait)
+        self._pins = Pins(self._checkpoints)
         self._rediscover = True
         self._dry_run = not consumes(settings)
+        self._start_position = start_position or settings.start_position
 
     def request_stop(self) -> None:
         """Stop after the batch in flight, its checkpoint written (safe from a signal handler)."""
@@ -171,6 +175,8 @@ class StreamPoller:
             if self._rediscover or self._clock() >= next_discovery:
                 self._discover()
                 next_discovery = self._clock() + self.runtime.settings.shard_discovery_seconds
+            if self.summary.stream_ended:
+                break
             if until_idle and not self._rediscover and all(c.idle for c in self._cursors.values()):
                 break
             ready = [c for c in self._cursors.values() if c.not_before <= self._clock()]
@@ -222,24 +228,19 @@ class StreamPoller:
             log.warning("DescribeStream failed; will retry", extra={"error": str(exc)})
             self._wait(self._backoff.seconds(1))
             return
+        except StreamNotFoundError:
+            self._stream_gone()
+            return
         self._forget_vanished({shard.shard_id for shard in shards})
+        if shards and all(shard.closed and shard.shard_id in self._finished for shard in shards):
+            log.warning("every shard of the stream is closed and read: the stream was disabled", extra=self._about)
+            self.summary.stream_ended = True
         for shard in startable(shards, self._finished, self._cursors):
-            saved = self._checkpoints.saved.get(shard.shard_id)
-            checkpoint = saved.sequence_number if saved else None
             # A child shard is read from its start whatever START_POSITION says: its records follow its parent's.
-            start = StartPosition.TRIM_HORIZON if shard.parent_id else self.runtime.settings.start_position
-            limit = self.runtime.settings.batch_size
-            idle = IDLE_AFTER_EMPTY_READS
-            reader = ShardReader(
-                self._streams,
-                self.stream_arn,
-                shard.shard_id,
-                after=checkpoint,
-                start=start,
-                limit=limit,
-                empty_reads_at_end=idle,
-            )
-            self._cursors[shard.shard_id] = Cursor(shard, checkpoint, reader)
+            start = StartPosition.TRIM_HORIZON if shard.parent_id else self._start_position
+            saved = self._pins.start(shard.shard_id) or Checkpoint(None)
+            reader = shard_reader(self._streams, self.stream_arn, shard.shard_id, saved, start, self.runtime.settings)
+            self._cursors[shard.shard_id] = Cursor(shard, saved.sequence_number, reader)
             log.info("shard started", extra={"shardId": shard.shard_id, "parentShardId": shard.parent_id})
         self._rediscover = False
 
@@ -248,7 +249,7 @@ class StreamPoller:
             if shard_id in listed or shard_id in self._cursors:
                 continue  # a shard still being read is done with when its reading ends (``_left_the_stream``)
             if not saved.finished:
-                self._report_lost(shard_id, saved.sequence_number, None)
+                report_lost(self.runtime, self.summary, shard_id, saved.sequence_number, None)
             if not self._checkpoints.forget(shard_id):
                 return  # stopping: the next consumer forgets it (and reports its loss again)
 
@@ -271,7 +272,7 @@ class StreamPoller:
     def _left_the_stream(self, cursor: Cursor) -> None:
         """The shard is gone (trimmed after it closed) while it was being read: whatever it still held past the last
         clean record is lost, reported; its checkpoint is forgotten and its children may start."""
-        self._report_lost(cursor.shard_id, cursor.checkpoint, None)
+        report_lost(self.runtime, self.summary, cursor.shard_id, cursor.checkpoint, None)
         del self._cursors[cursor.shard_id]
         self._finished.add(cursor.shard_id)
         self._rediscover = True
@@ -284,10 +285,14 @@ class StreamPoller:
         cursor.failures = 0
         if reader.gap_after is not None:
             first = page.records[0].get("dynamodb", {}).get("SequenceNumber") if page.records else None
-            self._report_lost(cursor.shard_id, reader.gap_after, first)
+            report_lost(self.runtime, self.summary, cursor.shard_id, reader.gap_after, first)
             reader.gap_after = None
         if not page.records:
-            cursor.not_before = self._clock() + self.runtime.settings.poll_interval_seconds
+            self._pins.pin(cursor)
+            # Records passed over (written before a LATEST start) are no empty read: the next page is read at once.
+            cursor.not_before = self._clock() + (
+                self.runtime.settings.poll_interval_seconds if reader.empty_reads else 0
+            )
             if reader.ended:
                 self._finish(cursor)
             return
@@ -300,9 +305,10 @@ class StreamPoller:
     def _handle(self, cursor: Cursor) -> None:
         assert cursor.batch is not None
         self._ensure_lease()  # again: the read before it may have outlasted the lease (a wedged call)
+        self._pins.pin(cursor)  # before anything is done with the records: a LATEST start is found again
         clean_through = self._handler.handle(cursor)
         if clean_through is not None:
-            cursor.checkpoint = clean_through
+            cursor.checkpoint, cursor.pinning = clean_through, False
             self._checkpoints.save(cursor.shard_id, Checkpoint(clean_through))
         if not cursor.batch.finished:
             cursor.not_before = self._clock() + cursor.batch.wait()
@@ -320,12 +326,17 @@ class StreamPoller:
         self.summary.finished_shards.append(cursor.shard_id)
         log.info("shard finished", extra={"shardId": cursor.shard_id, "sequenceNumber": cursor.checkpoint})
 
-    # Checkpoints.
-    def _report_lost(self, shard_id: str, after: str | None, before: str | None) -> None:
-        log.error(
-            "records lost: trimmed from the stream before they were read",
-            extra={"shardId": shard_id, "afterSequenceNumber": after, "beforeSequenceNumber": before},
-        )
-        self.runtime.metrics.count("RecordsLost")
-        self.runtime.metrics.flush()
-        self.summary.lost.append({"shardId": shard_id, "after": after, "before": before})
+    def _stream_gone(self) -> None:
+        """The stream no longer exists (24 hours after it was disabled): whatever its shards held past their
+        checkpoints is lost, reported."""
+        log.error("the stream no longer exists", extra=self._about)
+        unfinished = {shard: c.sequence_number for shard, c in self._checkpoints.saved.items() if not c.finished}
+        unfinished.update((shard, cursor.checkpoint) for shard, cursor in self._cursors.items())
+        for shard_id, after in unfinished.items():
+            report_lost(self.runtime, self.summary, shard_id, after, None)
+        self._cursors.clear()
+        self.summary.stream_ended = self.summary.stream_gone = True
+
+    @property
+    def _about(self) -> dict[str, str]:
+        return {"streamArn": self.stream_arn, "consumer": self.consumer_id}

@@ -2,14 +2,14 @@
 
 The one reader of the stream poller, ``capture`` and ``redrive``:
 
-* ``latest_stream_arn``: a table's current stream (also one that was disabled: it still holds 24 hours of records).
-* ``list_shards`` and ``startable``: DynamoDB Streams splits a shard about every four hours: the parent closes (its
-  SequenceNumberRange gets an EndingSequenceNumber) and children name it in ParentShardId. Records of one item move
-  from the parent to a child, so a child may only be read once its parent is finished, or they would be handled out
-  of order.
+* ``latest_stream_arn``, ``list_shards`` and ``startable`` (``cleanup.streams.discovery``): a table's stream, its
+  shards, and which of them may be read now.
 * ``ShardReader``: one shard, page after page, from a position. An iterator lives 15 minutes: an expired one is
   opened again just after the last record read. A position older than the stream's 24-hour retention starts over at
   the shard's oldest record, and the reader says after which record the gap begins (``gap_after``).
+  LATEST is no position one can come back to: a reader started there names one (``resume_point``) for the consumer
+  to keep, the first record it hands out or, until then, the service's time when it started. Read again from that
+  time, the shard is read from its oldest record, passing over the records written before the start.
 * ``raw_get_records``: boto3 turns ApproximateCreationDateTime into a datetime and binary values into bytes; capture,
   replay and the dead-letter queue want the wire JSON (base64 binary, epoch seconds), so the raw body is kept.
 """
@@ -18,35 +18,45 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection, Iterable
+import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError, TrimmedDataError
+from cleanup.streams.checkpoints import Checkpoint
+from cleanup.streams.discovery import Shard, latest_stream_arn, list_shards, startable
 from cleanup.telemetry import log
 from schemas.settings import StartPosition
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+
+__all__ = [
+    "EMPTY_READS_AT_END",
+    "IDLE_AFTER_EMPTY_READS",
+    "Page",
+    "Shard",
+    "ShardReader",
+    "latest_stream_arn",
+    "list_shards",
+    "open_iterator",
+    "raw_get_records",
+    "read_page",
+    "startable",
+]
 
 EMPTY_READS_AT_END = 3
 """An open shard can answer empty before records that are there: this many empty reads in a row end a one-off read
 to the end (``capture``, ``redrive``)."""
+LATEST_MARGIN_SECONDS = 60.0
+"""Read again from a LATEST start's time, records up to this much older are read too: a record's creation time and
+the service's clock are rounded to the second, and may not be one clock. Reading a record before the start is
+harmless; passing over one after it is not."""
 IDLE_AFTER_EMPTY_READS = 1
 """A consumer that keeps polling (the stream poller) counts a shard idle at its first empty read: whatever comes
 later is read on its next poll (or by the next ``run --until-idle``, from the checkpoint)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    """One shard as DescribeStream lists it (``first``: its StartingSequenceNumber)."""
-
-    shard_id: str
-    parent_id: str | None
-    closed: bool
-    first: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,76 +65,6 @@ class Page:
 
     records: list[dict[str, Any]]
     next_iterator: str | None
-
-
-def latest_stream_arn(dynamodb: DynamoDBClient, table: str) -> str:
-    """The ARN of ``table``'s current stream.
-
-    A stream that was disabled is still returned (with a warning): it holds its records for 24 hours more, and the
-    REMOVEs among them still need cleaning.
-
-    Raises:
-        StreamNotFoundError: the table does not exist, or has no stream.
-        TransientError / PermanentError: the table could not be described.
-    """
-    description = call_or_gone(
-        dynamodb.describe_table, "DescribeTable", None, ("ResourceNotFoundException",), TableName=table
-    )
-    if description is None:
-        raise StreamNotFoundError(f"table {table!r} does not exist")
-    arn = description["Table"].get("LatestStreamArn")
-    if not arn:
-        raise StreamNotFoundError(
-            f"table {table!r} has no stream enabled: enable one with StreamViewType NEW_AND_OLD_IMAGES"
-        )
-    if not description["Table"].get("StreamSpecification", {}).get("StreamEnabled"):
-        log.warning("the table's stream is disabled: reading what it still holds", extra={"streamArn": arn})
-    return str(arn)
-
-
-def list_shards(streams: DynamoDBStreamsClient, stream_arn: str) -> list[Shard]:
-    """Every shard of the stream (DescribeStream, every page).
-
-    Raises:
-        StreamNotFoundError: the stream does not exist (any more).
-        TransientError / PermanentError: the stream could not be described.
-    """
-    shards: list[Shard] = []
-    request: dict[str, Any] = {"StreamArn": stream_arn}
-    while True:
-        answer = call_or_gone(
-            streams.describe_stream, "DescribeStream", None, ("ResourceNotFoundException",), **request
-        )
-        if answer is None:
-            raise StreamNotFoundError(f"stream {stream_arn} does not exist")
-        description = answer["StreamDescription"]
-        for shard in description.get("Shards", []):
-            numbers = shard.get("SequenceNumberRange", {})
-            closed = "EndingSequenceNumber" in numbers
-            shards.append(
-                Shard(shard["ShardId"], shard.get("ParentShardId"), closed, numbers.get("StartingSequenceNumber"))
-            )
-        last = description.get("LastEvaluatedShardId")
-        if not last:
-            return shards
-        request["ExclusiveStartShardId"] = last
-
-
-def startable(shards: Iterable[Shard], finished: Collection[str], started: Collection[str]) -> list[Shard]:
-    """The shards to start now: not finished, not started, and whose parent is finished, or no longer listed and
-    not being read either (a parent that left the stream while its records were in hand is done with first)."""
-    listed = {shard.shard_id for shard in shards}
-    return [
-        shard
-        for shard in shards
-        if shard.shard_id not in finished
-        and shard.shard_id not in started
-        and (
-            shard.parent_id is None
-            or shard.parent_id in finished
-            or (shard.parent_id not in listed and shard.parent_id not in started)
-        )
-    ]
 
 
 def open_iterator(
@@ -143,6 +83,19 @@ def open_iterator(
         StreamNotFoundError: the stream or the shard does not exist (any more).
         TransientError / PermanentError: throttling, a server error, access denied.
     """
+    return dated_iterator(streams, stream_arn, shard_id, after=after, at=at, start=start)[0]
+
+
+def dated_iterator(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard_id: str,
+    *,
+    after: str | None = None,
+    at: str | None = None,
+    start: StartPosition | str = StartPosition.TRIM_HORIZON,
+) -> tuple[str, float]:
+    """``open_iterator``, and the service's time when it answered (epoch seconds; this host's, if it names none)."""
     request: dict[str, Any] = {"StreamArn": stream_arn, "ShardId": shard_id, "ShardIteratorType": str(start)}
     if after is not None:
         request.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
@@ -151,7 +104,14 @@ def open_iterator(
     answer = _stream_call(streams.get_shard_iterator, "GetShardIterator", **request)
     if answer is None:
         raise StreamNotFoundError(f"shard {shard_id} of {stream_arn} does not exist")
-    return str(answer["ShardIterator"])
+    return str(answer["ShardIterator"]), _service_time(answer)
+
+
+def _service_time(answer: dict[str, Any]) -> float:
+    try:
+        return parsedate_to_datetime(answer["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return time.time()
 
 
 def read_page(streams: DynamoDBStreamsClient, iterator: str, limit: int | None = None) -> Page:
@@ -181,10 +141,13 @@ class ShardReader:
         *,
         after: str | None = None,
         at: str | None = None,
+        since: float | None = None,
         start: StartPosition | str = StartPosition.TRIM_HORIZON,
         limit: int | None = None,
         empty_reads_at_end: int = EMPTY_READS_AT_END,
     ) -> None:
+        """From just after ``after``, at ``at``, from the records written since ``since`` (a LATEST start's time),
+        or else at ``start``; in that order."""
         self.streams, self.stream_arn, self.shard_id = streams, stream_arn, shard_id
         self.empty_reads_at_end = empty_reads_at_end
         self.last = after
@@ -194,8 +157,25 @@ class ShardReader:
         self.empty_reads = 0
         self.gap_after: str | None = None
         """Set when the position was trimmed: the records after it, up to the next page's first, were lost."""
+        self.first: str | None = None
+        """The first record handed out."""
+        self.since = since
+        """A LATEST start's time (the service's), until it hands out a record."""
+        self._pinned = at is not None or since is not None or (after is None and start == StartPosition.LATEST)
+        self._skip_before = None if since is None else since - LATEST_MARGIN_SECONDS
         self._at, self._start, self._limit = at, start, limit
         self._iterator: str | None = None
+
+    def resume_point(self) -> Checkpoint | None:
+        """Where to read again from to see every record this reader has handed out, or will, when it started at
+        LATEST (or at such a point); None for any other start, which is a position already."""
+        if not self._pinned:
+            return None
+        if self.first is not None:
+            return Checkpoint(None, at=self.first)
+        if self.since is not None:
+            return Checkpoint(self.last, since=self.since)
+        return None
 
     @property
     def drained(self) -> bool:
@@ -224,13 +204,35 @@ class ShardReader:
         self.empty_reads = 0 if page.records else self.empty_reads + 1
         if page.records:
             self.last = str(page.records[-1]["dynamodb"]["SequenceNumber"])
-        return page
+        records = self._since_the_start(page.records)
+        if records and self.first is None:
+            self.first = str(records[0]["dynamodb"]["SequenceNumber"])
+        return Page(records, page.next_iterator)
+
+    def _since_the_start(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records from the first one written after a LATEST start (the ones before it are passed over)."""
+        if self._skip_before is None:
+            return records
+        for n, record in enumerate(records):
+            created = record.get("dynamodb", {}).get("ApproximateCreationDateTime")
+            if not isinstance(created, int | float) or created >= self._skip_before:
+                self._skip_before = None
+                return records[n:]
+        return []
 
     def _open(self) -> str:
         try:
             if self.last is not None:
                 return open_iterator(self.streams, self.stream_arn, self.shard_id, after=self.last)
-            return open_iterator(self.streams, self.stream_arn, self.shard_id, at=self._at, start=self._start)
+            if self._at is not None:
+                return open_iterator(self.streams, self.stream_arn, self.shard_id, at=self._at)
+            if self.since is not None:  # read again from a LATEST start: the oldest record on, passing over some
+                self._skip_before = self.since - LATEST_MARGIN_SECONDS
+                return open_iterator(self.streams, self.stream_arn, self.shard_id)
+            iterator, now = dated_iterator(self.streams, self.stream_arn, self.shard_id, start=self._start)
+            if self._start == StartPosition.LATEST:
+                self.since = now
+            return iterator
         except TrimmedDataError:
             self.gap_after = self.last or self._at
             return open_iterator(self.streams, self.stream_arn, self.shard_id, start=StartPosition.TRIM_HORIZON)

@@ -4,19 +4,29 @@ The batch is retried in place by the core (``cleanup.inplace``): the records not
 checkpoint stops at the last record before the first of them, and a record is given up (dead-lettered) on its
 MAX_RECORD_ATTEMPTS-th permanent failure or once it has been failing for MAX_RECORD_RETRY_SECONDS. With no dead-letter
 queue a record given up holds its shard, which says so on every attempt.
+
+A shard started at LATEST has no position to come back to until it has a clean record: ``Pins`` writes the one its
+reader names (``ShardReader.resume_point``) before anything is done with what it read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.retry import Deadline
 from cleanup.inplace import InPlaceBatch
 from cleanup.runtime import Runtime
-from cleanup.streams.reader import Shard, ShardReader
+from cleanup.streams.checkpointing import PollCheckpoints
+from cleanup.streams.checkpoints import Checkpoint
+from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, Shard, ShardReader
+from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
+from schemas.settings import Settings, StartPosition
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
 
 
 @dataclass
@@ -42,9 +52,25 @@ class PollSummary:
     """Sequence numbers still failing and given up, with no dead-letter queue to take them, when the run ended."""
     lost: list[dict[str, str | None]] = field(default_factory=list)
     """Ranges of records trimmed from the stream before they were read (after / before sequence numbers)."""
+    stream_ended: bool = False
+    """Every shard of the stream is closed and read to its end (the stream was disabled), or the stream is gone."""
+    stream_gone: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def add(self, other: PollSummary) -> None:
+        """Count ``other`` (the run of another stream of the same table) in this one."""
+        for name, value in vars(other).items():
+            mine = getattr(self, name)
+            if isinstance(value, bool):
+                setattr(self, name, mine or value)
+            elif isinstance(value, int):
+                setattr(self, name, mine + value)
+            elif isinstance(value, list):
+                mine.extend(value)
+            else:
+                mine.update(value)
 
 
 @dataclass
@@ -60,6 +86,8 @@ class Cursor:
     not_before: float = 0.0
     failures: int = 0
     """Failed reads in a row."""
+    pinning: bool = True
+    """Until its first clean checkpoint, the reader's resume point is written (``Pins``)."""
 
     @property
     def shard_id(self) -> str:
@@ -74,6 +102,70 @@ class Cursor:
     def idle(self) -> bool:
         """Nothing to do until new records arrive: drained with no batch in flight, or held by a stuck record."""
         return self.exhausted or (self.batch is None and self.reader.drained)
+
+
+def shard_reader(
+    streams: DynamoDBStreamsClient,
+    stream_arn: str,
+    shard_id: str,
+    saved: Checkpoint,
+    start: StartPosition,
+    settings: Settings,
+) -> ShardReader:
+    """The poller's reader of a shard, from its checkpoint or pin (``saved``), or else from ``start``."""
+    return ShardReader(
+        streams,
+        stream_arn,
+        shard_id,
+        after=saved.sequence_number,
+        at=saved.at,
+        since=saved.since,
+        start=start,
+        limit=settings.batch_size,
+        empty_reads_at_end=IDLE_AFTER_EMPTY_READS,
+    )
+
+
+def report_lost(runtime: Runtime, summary: PollSummary, shard_id: str, after: str | None, before: str | None) -> None:
+    """Records that left the stream before they were read: an ERROR line, the ``RecordsLost`` metric, the summary."""
+    log.error(
+        "records lost: trimmed from the stream before they were read",
+        extra={"shardId": shard_id, "afterSequenceNumber": after, "beforeSequenceNumber": before},
+    )
+    runtime.metrics.count("RecordsLost")
+    runtime.metrics.flush()
+    summary.lost.append({"shardId": shard_id, "after": after, "before": before})
+
+
+class Pins:
+    """The resume points of shards started at LATEST, written before the records read are acted on. A dry run writes
+    none: it keeps them in memory, for the reading from the checkpoints that follows a switch back to enforce."""
+
+    def __init__(self, checkpoints: PollCheckpoints) -> None:
+        self._checkpoints = checkpoints
+        self._unwritten: dict[str, Checkpoint] = {}
+
+    def start(self, shard_id: str) -> Checkpoint | None:
+        """Where the shard's reading starts: its checkpoint, or a resume point a dry run did not write."""
+        return self._checkpoints.saved.get(shard_id) or self._unwritten.get(shard_id)
+
+    def pin(self, cursor: Cursor) -> None:
+        """Write the cursor's resume point if it moved (a no-op once the shard has a clean checkpoint).
+
+        Raises:
+            TransientError: not written (the checkpoint table failed); the records read wait for it.
+            LeaseLostError: another consumer owns the stream, or has checkpointed the shard further.
+        """
+        point = cursor.reader.resume_point() if cursor.pinning else None
+        writes = self._checkpoints.writes
+        known = self._checkpoints.saved.get(cursor.shard_id) if writes else self._unwritten.get(cursor.shard_id)
+        if point is None or point == known:
+            return
+        if not self._checkpoints.save(cursor.shard_id, point, strict=True):
+            self._unwritten[cursor.shard_id] = point
+        log.info(
+            "shard started at LATEST pinned", extra={"shardId": cursor.shard_id, "at": point.at, "since": point.since}
+        )
 
 
 class BatchAttempts:
