@@ -413,6 +413,41 @@ class Settings(BaseSettings):
         return cls()
 
 
+SESSION_SHAPE = frozenset(
+    {
+        "SESSION_KEY_PREFIX",
+        "SESSION_SORT_KEY",
+        "SCRATCH_ROOT",
+        "SCRATCH_TENANT_SCOPED",
+        "CONNECTION_ID_PATTERN",
+        "GLOBAL_TABLE",
+        "SCRATCH_BUCKET_REGION",
+        *(f"ATTR_{name.upper()}" for name in AttributeNames.model_fields),
+    }
+)
+"""The settings that shape what a session is and what it holds: every deployed function that reads records or items
+has them, from the same template parameters (a function reading another shape would skip or misread sessions)."""
+
+NOT_DEPLOYED = {
+    "RACE_CHECK": "the fence is never turned off in a deployment (tests and benchmarks only)",
+    "CALL_WAIT_SECONDS": "bounds waits where no deadline does: containers and commands (in Lambda the invocation's does)",
+    "APPCONFIG_AGENT_URL": "the Lambda extension always answers on localhost:2772 (containers: the agent's port)",
+    "METRICS_DESTINATION": "in Lambda, auto is stdout, where CloudWatch Logs reads embedded metrics",
+    "CHECKPOINT_TABLE": "containers only: Lambda's event source mapping keeps its own place",
+    "START_POSITION": "containers only: the mapping's StartingPosition parameter",
+    "BATCH_SIZE": "containers only: the mapping's BatchSize parameter",
+    "POLL_INTERVAL_SECONDS": "containers only",
+    "SHARD_DISCOVERY_SECONDS": "containers only",
+    "LEASE_SECONDS": "containers only",
+    "MAX_RECORD_ATTEMPTS": "containers only: the mapping's MaximumRetryAttempts parameter",
+    "MAX_RECORD_RETRY_SECONDS": "containers only: the mapping's MaximumRecordAgeInSeconds parameter",
+    "SHUTDOWN_GRACE_SECONDS": "containers only",
+    "HEALTH_FILE": "containers only",
+    "HEALTH_STALE_SECONDS": "containers only",
+}
+"""Settings no template parameter sets, and why (a test holds every other setting to a parameter)."""
+
+
 DEAD_LETTER_OVERLAP_FIX = (
     "set DEAD_LETTER_PREFIX to a prefix outside the root (e.g. 'dead-letter/'), or DEAD_LETTER_BUCKET to another bucket"
 )
