@@ -149,7 +149,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "MessagesRefused",
         "Reason (integrity, unreadable)",
-        "backlog and dead-letter messages the worker cannot vouch for or read: nothing they name is freed, they are kept",
+        "backlog and dead-letter messages the worker cannot vouch for or read: nothing they name is freed, and they "
+        "are kept",
     ),
     Metric("ModeChanges", "Mode", "the kill switch: each change of mode a process takes"),
     Metric("PausedBatches", "", "the kill switch: batches held while paused (or while the switch is unknown)"),

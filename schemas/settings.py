@@ -430,7 +430,7 @@ has them, from the same template parameters (a function reading another shape wo
 
 NOT_DEPLOYED = {
     "RACE_CHECK": "the fence is never turned off in a deployment (tests and benchmarks only)",
-    "CALL_WAIT_SECONDS": "bounds waits where no deadline does: containers and commands (in Lambda the invocation's does)",
+    "CALL_WAIT_SECONDS": "bounds waits where no deadline does: containers, commands (Lambda has its invocation's)",
     "APPCONFIG_AGENT_URL": "the Lambda extension always answers on localhost:2772 (containers: the agent's port)",
     "METRICS_DESTINATION": "in Lambda, auto is stdout, where CloudWatch Logs reads embedded metrics",
     "CHECKPOINT_TABLE": "containers only: Lambda's event source mapping keeps its own place",

@@ -45,9 +45,7 @@ def clean(stack: SessionStack, gateway: LocalGateway, **settings: object):
     return [o for o in run_batch(read_lambda_event(stack.lambda_event()), runtime) if o.event_name == "REMOVE"]
 
 
-def test_the_id_inside_the_key_closes_its_socket_and_frees_the_rest(
-    stack: SessionStack, gateway: LocalGateway
-) -> None:
+def test_the_id_inside_the_key_closes_its_socket_and_frees_the_rest(stack: SessionStack, gateway: LocalGateway) -> None:
     ended, live = gateway.connect(), gateway.connect()
     grant_id = connection_row(stack, f"conn#{ended.connection_id}", "sessions/t1/a/")
     live_grant = connection_row(stack, f"conn#{live.connection_id}", "sessions/t1/b/")
