@@ -184,7 +184,7 @@ def _expired_in(
     names = runtime.settings.attributes
     request: QueryInputTypeDef = {
         "TableName": table,
-        "IndexName": runtime.settings.expiry_index,
+        "IndexName": runtime.settings.expiry_index or "",  # sweep() refuses to run without one
         # Strictly before now, as DynamoDB TTL counts an item expired; the delete's condition says the same.
         "KeyConditionExpression": "#bucket = :bucket AND #ttl < :now",
         "ProjectionExpression": "#pk, #sk, #ttl",
