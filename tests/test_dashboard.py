@@ -24,7 +24,7 @@ from cleanup.operations.killswitch import Mode
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import Reason
 from schemas.settings import Settings
-from tests.test_template import transformed
+from tests.test_template import source_template, transformed
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -40,6 +40,8 @@ SUBSTITUTIONS = {
     "BacklogQueue.QueueName": "backlog-queue",
     "BacklogDeadLetterQueue.QueueName": "backlog-dead-letter-queue",
     "BacklogAgeAlarmSeconds": "86400",
+    "CleanupFunctionSessionRemoved": "stream-mapping-uuid",
+    "BacklogDrainMapping": "backlog-mapping-uuid",
 }
 ACTIONS = {connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION}
 # The values each dimension of the worker's metrics can take.
@@ -175,6 +177,34 @@ def test_the_mappings_iterator_age_and_both_queues() -> None:
     assert ("AWS/Lambda", "IteratorAge", (("FunctionName", "cleanup-function"),)) in others
     for queue in ("dead-letter-queue", "on-failure-queue"):
         assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", (("QueueName", queue),)) in others
+
+
+def test_the_mappings_own_counts_of_what_left_without_the_worker() -> None:
+    others = {(line.namespace, line.name, tuple(sorted(line.dimensions.items()))) for line in lines()}
+
+    for name, mapping in [
+        ("OnFailureDestinationDeliveredEventCount", "stream-mapping-uuid"),
+        ("DroppedEventCount", "stream-mapping-uuid"),
+        ("DroppedEventCount", "backlog-mapping-uuid"),
+    ]:
+        assert ("AWS/Lambda", name, (("EventSourceMappingUUID", mapping),)) in others
+
+
+def test_both_mappings_count_their_events_and_alarm_on_what_needs_a_redrive_or_was_dropped() -> None:
+    template = source_template()
+    mappings = ("CleanupFunctionSessionRemoved", "BacklogDrainMapping")
+    alarms = {
+        (a["Properties"]["MetricName"], a["Properties"]["Dimensions"][0]["Value"]["Ref"])
+        for a in template["Resources"].values()
+        if a["Type"] == "AWS::CloudWatch::Alarm"
+        and a["Properties"].get("Namespace") == "AWS/Lambda"
+        and a["Properties"]["Dimensions"][0]["Name"] == "EventSourceMappingUUID"
+    }
+
+    for mapping in mappings:
+        assert template["Resources"][mapping]["Properties"]["MetricsConfig"] == {"Metrics": ["EventCount"]}
+        assert ("DroppedEventCount", mapping) in alarms
+    assert ("OnFailureDestinationDeliveredEventCount", "CleanupFunctionSessionRemoved") in alarms
 
 
 def test_the_readme_says_what_each_widget_answers() -> None:
