@@ -58,18 +58,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Speak the multilang protocol on stdin/stdout until the daemon closes stdin."""
-    from amazon_kclpy import kcl
-
     protocol = _claim_stdout()
     runtime = Runtime.from_env()  # logs go to stderr, as does everything written to fd 1 from here on
-    # The image's health check (``cleanup-worker health --kcl``) reads the marker of the message in hand.
-    marker = MessageMarker(runtime.settings.health_file)
     try:
-        process = kcl.KCLProcess(Watched(record_processor(runtime), marker), input_file=sys.stdin, output_file=protocol)
-        process.checkpointer = MarkingCheckpointer(process.checkpointer, marker)
-        process.run()
+        return serve(runtime, sys.stdin, protocol)
     finally:
         runtime.close()
+
+
+def serve(runtime: Runtime, input_file: IO[str], output_file: IO[str]) -> int:
+    """Answer the daemon's messages read from ``input_file`` on ``output_file`` until the input ends."""
+    from amazon_kclpy import kcl
+
+    # The image's health check (``cleanup-worker health --kcl``) reads the marker of the message in hand.
+    marker = MessageMarker(runtime.settings.health_file)
+    process = kcl.KCLProcess(Watched(record_processor(runtime), marker), input_file=input_file, output_file=output_file)
+    process.checkpointer = MarkingCheckpointer(process.checkpointer, marker)
+    process.run()
     return ExitCode.OK
 
 
