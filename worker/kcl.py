@@ -15,7 +15,16 @@ Guarantees, per shard:
   raises, so the processor itself must not return before its records are clean. The core's rules apply, as in the
   stream poller (``cleanup.inplace``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent failure, or once
   it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves on; with no
-  queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt.
+  queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt. One attempt runs at
+  most SHUTDOWN_GRACE_SECONDS.
+* The give-up clock survives restarts: a record's first-try time is kept in CHECKPOINT_TABLE when it first fails
+  (``cleanup.streams.first_failures``), and the processor that receives it again goes on from there.
+* Nothing is acknowledged uncleaned: anything raising while a message is handled, and any checkpoint refusal but a
+  lost lease's or a throttle's, ends the process with the message unanswered (``exits_on_fault``). A checkpoint
+  still throttled is carried by the next one; after a lost lease (``ShutdownException``) nothing is checkpointed
+  and later batches are left to the shard's new owner.
+* The health check (``cleanup-worker health --kcl``) reads the processor's state, marked each time it comes round:
+  working towards a verdict, paused, or stuck (``worker.health``).
 * A dry run (CLEANUP_MODE=dry-run) checkpoints nothing, SHARD_END included, and dead-letters nothing: each record is
   tried once and a failure reported, so the records are delivered again to the next (enforce) processor.
 * The kill switch is read before every batch. Paused, ``process_records`` does not return (returning acknowledges
