@@ -61,6 +61,7 @@ def test_a_record_failing_across_restarts_is_dead_lettered_after_max_record_retr
         child.kill()  # restarted from the last checkpoint: the record is delivered again
 
     [letter] = dead_letters(queue)
+    print(f"given up by process {children}, at its try {letter['attempts']}")
     assert letter["sequenceNumber"] == records[0]["sequenceNumber"]
     assert child.checkpoints == [records[0]["sequenceNumber"]]
     assert children > 1
