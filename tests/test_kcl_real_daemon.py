@@ -237,3 +237,69 @@ def test_a_record_failing_across_a_daemon_restart_is_given_up_on_the_clock_kept_
     # Given up by the second processor within two tries: on its own clock, it would have tried for 10 s.
     assert letter["attempts"] <= 2, letter
     assert item["grantId"] in stack.grant_ids()
+
+
+FAULT_ONCE = """
+import os
+
+if os.environ.get("FAULT_ONCE_FILE"):  # the test's fault: the core raises once, in the first processor that runs it
+    import cleanup.inplace
+
+    _run_batch = cleanup.inplace.run_batch
+
+    def run_batch(*args, **kwargs):
+        if not os.path.exists(os.environ["FAULT_ONCE_FILE"]):
+            open(os.environ["FAULT_ONCE_FILE"], "w").close()
+            raise RuntimeError("injected fault")
+        return _run_batch(*args, **kwargs)
+
+    cleanup.inplace.run_batch = run_batch
+"""
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="the KCL MultiLangDaemon needs a Java runtime (`java`)")
+def test_a_fault_in_the_processor_stops_the_daemon_unanswered_and_the_next_daemon_cleans_the_batch(
+    aws, h2c, stack, tmp_path
+):
+    suffix = uuid.uuid4().hex[:8]
+    stream, application = f"session-changes-{suffix}", f"session-cleanup-{suffix}"
+    boto3.client("kinesis", region_name="us-east-1").create_stream(StreamName=stream, ShardCount=1)
+    create_lease_table(application, stream)
+    item = stack.put_session("s1")
+    stack.delete("s1")
+    last = put_changes(stack, stream)
+    config = tmp_path / "cleanup.properties"
+    executable = f"{Path(sys.executable).parent / 'cleanup-worker'} kcl"
+    config.write_text(properties(executableName=executable, streamName=stream, applicationName=application))
+    (tmp_path / "fault").mkdir()
+    (tmp_path / "fault" / "sitecustomize.py").write_text(FAULT_ONCE)
+    env = {
+        **os.environ,
+        **aws.environment(),
+        "AWS_ENDPOINT_URL": h2c.endpoint_url,
+        "AWS_CBOR_DISABLED": "true",
+        "SCRATCH_BUCKET": stack.bucket,
+        "KMS_KEY_ID": stack.key_arn,
+        "SESSION_TABLE": stack.table,
+        "PYTHONPATH": str(tmp_path / "fault"),
+        "FAULT_ONCE_FILE": str(tmp_path / "fault" / "fired"),
+    }
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = start_daemon(config, env, logs[0], tmp_path)
+    try:
+        wait_for(lambda: first.poll() is not None, "the daemon to stop", limit=WAIT_GUARD_SECONDS, log=logs[0])
+    finally:
+        kill_group(first)
+    stopped_at = checkpoint_of(application)
+    kept = len(stack.objects(item["scratchPrefix"]))
+    release_leadership(application)
+    second = start_daemon(config, env, logs[1], tmp_path)
+    try:
+        wait_for(lambda: checkpoint_of(application) == last, "the checkpoint", limit=WAIT_GUARD_SECONDS, log=logs[1])
+    finally:
+        kill_group(second)
+
+    assert first.returncode != 0
+    assert "injected fault" in logs[0].read_text()
+    assert stopped_at != last and kept == 3  # the batch was left unanswered, uncleaned and not passed
+    assert stack.objects(item["scratchPrefix"]) == [] and item["grantId"] not in stack.grant_ids()
