@@ -216,6 +216,7 @@ class ShardProcessor:
         self.marker.mark(PROGRESSING)
         if not self.dry_run and not consumes(self.runtime.settings):
             self.dry_run = True
+            self.give_up_clock = GiveUpClock(None)  # a dry run gives nothing up: the kept times wait for enforce
             log.warning(
                 "kill switch: dry run; no checkpoint is written any more by this processor",
                 extra={"shardId": self.shard_id},
