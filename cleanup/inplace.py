@@ -23,7 +23,7 @@ their shards, so they retry in place, and both do it here, the same way:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,7 @@ class InPlaceBatch:
         self._backoff = Backoff(runtime.settings)
         self._done: set[str] = set()
         self._tries: dict[str, _Tries] = {}
+        self._earlier: dict[str, float] = {}  # first tries known from before this batch (``remember``)
         self._clean = 0  # records[:_clean] are done
         self._checkpointed = 0  # records[:_checkpointed] were handed out as a checkpoint
 
@@ -108,6 +109,21 @@ class InPlaceBatch:
         """Ids of the records not done yet."""
         return [r.sequence_number for r in self.records[self._clean :] if r.sequence_number not in self._done]
 
+    @property
+    def failing_since(self) -> dict[str, float]:
+        """The records tried and not done yet, each with the time of its first try (on the batch's clock)."""
+        return {number: tries.first_at for number, tries in self._tries.items()}
+
+    def remember(self, first_tried: Mapping[str, float]) -> None:
+        """Times of first tries made before this batch (by a process that came before, on the same clock): the
+        give-up clock of those records runs from there, never from a later moment."""
+        for number, at in first_tried.items():
+            tries = self._tries.get(number)
+            if tries is not None:
+                tries.first_at = min(tries.first_at, at)
+            else:
+                self._earlier[number] = min(at, self._earlier.get(number, at))
+
     def attempt(self, deadline: Deadline | None = None, **where: str) -> Attempt:
         """Run the records not done yet, once; dead-letter those given up; say so when records are left failing.
 
@@ -118,7 +134,8 @@ class InPlaceBatch:
         todo = [r for r in self.records[self._clean :] if r.sequence_number not in self._done]
         started = self._clock()
         for record in todo:
-            self._tries.setdefault(record.sequence_number, _Tries(first_at=started)).count += 1
+            first_at = self._earlier.pop(record.sequence_number, started)
+            self._tries.setdefault(record.sequence_number, _Tries(first_at=first_at)).count += 1
         counts = {number: tries.count for number, tries in self._tries.items()}
         consuming = consumes(self.runtime.settings)
         give_up = self._given_up if consuming else _never

@@ -402,6 +402,21 @@ class Settings(BaseSettings):
         """HEALTH_STALE_SECONDS, or three LEASE_SECONDS: longer than a batch attempt throttled to its deadline."""
         return self.health_stale_seconds or 3 * self.lease_seconds
 
+    def health_bound_problem(self) -> str | None:
+        """Why HEALTH_STALE_SECONDS cannot tell a KCL processor working towards a verdict from a wedged one, or None.
+
+        The processor comes round between attempts at a batch, never during one, and an attempt runs up to
+        SHUTDOWN_GRACE_SECONDS: a health bound no longer than that would have a processor that retries a record
+        replaced, again and again, before MAX_RECORD_RETRY_SECONDS could give the record up.
+        """
+        if self.stale_after > self.shutdown_grace_seconds:
+            return None
+        return (
+            f"{self.stale_after:g} s must be longer than SHUTDOWN_GRACE_SECONDS "
+            f"({self.shutdown_grace_seconds:g}), the longest one attempt at a batch runs: shorter, the health check "
+            "would restart a processor retrying a record before MAX_RECORD_RETRY_SECONDS could give it up"
+        )
+
     @property
     def dead_letter_store(self) -> str | None:
         """The bucket of records too large for a dead-letter message: DEAD_LETTER_BUCKET, else SCRATCH_BUCKET."""

@@ -8,9 +8,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from cleanup.streams.checkpoints import ensure_table
@@ -18,10 +20,12 @@ from cleanup.streams.lease import Heartbeat, Lease
 from cleanup.streams.poller import StreamPoller
 from cleanup.streams.stream_state import StreamState
 from tests.kcl_daemon import FakeDaemon, KinesisShard, kinesis_payload
+from tests.proxy import FaultPlan, FaultProxy
 from tests.waiting import WAIT_GUARD_SECONDS, wait_for
 from worker import cli
 from worker import health as health_command
 from worker.health import DAEMON_CLASS
+from worker.local.appconfig import LocalAgent, flag
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -304,3 +308,123 @@ def test_each_image_declares_a_healthcheck_running_the_health_command(dockerfile
 
     assert command[0] == "cleanup-worker"
     assert (args.handler, args.kcl) == (health_command.main, kcl)
+
+
+# The KCL processor's states: progressing and paused are healthy, stuck is not.
+RETRY_METRIC = '"RecordsRetried":'
+SCALED = {  # an hour-long bound scaled down: the check's bound 1.5 s, an attempt at most 1 s
+    "HEALTH_STALE_SECONDS": "1.5",
+    "SHUTDOWN_GRACE_SECONDS": "1",
+    "RETRY_MAX_WAIT_SECONDS": "0.05",
+    "BOTOCORE_MAX_ATTEMPTS": "1",
+    "RETRY_ATTEMPTS": "1",
+}
+HELD_PAST_THE_BOUND = 8  # attempts whose backoffs (0.0125 s, doubling) add up to more than 1.5 s
+
+
+@pytest.fixture
+def throttled_kms(aws):
+    """An endpoint throttling every RetireGrant: a session with a grant keeps failing transiently."""
+    plan = FaultPlan(rate=0.0, rates={"kms:RetireGrant": 1.0}, kinds=("throttle",))
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        yield proxy.url
+
+
+@pytest.fixture
+def kcl_child(aws, stack, tmp_path):
+    """Start ``cleanup-worker kcl`` children on the stack (HEALTH_FILE in tmp_path); each is stopped after the test."""
+    started: list[FakeDaemon] = []
+
+    def start(**settings: str) -> FakeDaemon:
+        env = {
+            **aws.environment(),
+            "SCRATCH_BUCKET": stack.bucket,
+            "KMS_KEY_ID": stack.key_arn,
+            "SESSION_TABLE": stack.table,
+            "HEALTH_FILE": str(tmp_path / "health"),
+            **SCALED,
+            **settings,
+        }
+        child = FakeDaemon(env, tmp_path / f"stderr-{len(started)}.log")
+        started.append(child)
+        child.initialize()
+        return child
+
+    yield start
+    for child in started:
+        if child.child.poll() is None:
+            child.kill()
+
+
+def removal(stack: Any, session: str) -> list[dict[str, Any]]:
+    """The REMOVE record of a new session, alone (its INSERT is read and left out)."""
+    stack.put_session(session)
+    stack.new_records()
+    stack.delete(session)
+    return KinesisShard().records(kinesis_payload(record, stack.table) for record in stack.new_records())
+
+
+def kcl_health(tmp_path: Path, daemon_process: subprocess.Popen[bytes]) -> subprocess.CompletedProcess[str]:
+    pid = str(daemon_process.pid)
+    return health(tmp_path / "health", "--kcl", "--daemon-pid", pid, stale_seconds=SCALED["HEALTH_STALE_SECONDS"])
+
+
+def test_kcl_health_holds_a_processor_retrying_towards_its_give_up_moment_healthy(
+    stack, tmp_path, kcl_child, throttled_kms, fake_daemon_process
+):
+    queue = boto3.client("sqs", region_name="us-east-1").create_queue(QueueName=f"dlq-{uuid.uuid4().hex[:8]}")
+    records = removal(stack, "throttled")
+    child = kcl_child(
+        AWS_ENDPOINT_URL=throttled_kms, DEAD_LETTER_QUEUE_URL=queue["QueueUrl"], MAX_RECORD_RETRY_SECONDS="600"
+    )
+
+    child.post({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+    wait_for(lambda: child.stderr().count(RETRY_METRIC) >= HELD_PAST_THE_BOUND, "retries past the check's bound")
+    answer = kcl_health(tmp_path, fake_daemon_process)
+
+    assert answer.returncode == 0, answer.stdout
+    assert "retrying 1 record(s), given up in" in answer.stdout
+    assert child.requests == []  # held: no checkpoint passed the record
+
+
+def test_kcl_health_holds_a_processor_paused_by_the_kill_switch_healthy(
+    stack, tmp_path, kcl_child, fake_daemon_process
+):
+    records = removal(stack, "paused")
+    with LocalAgent() as agent:
+        agent.serve(flag(False))
+        child = kcl_child(**agent.env())
+        child.post({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+        wait_for(lambda: agent.requests >= 8, "the processor to keep reading the paused switch")
+        answer = kcl_health(tmp_path, fake_daemon_process)
+
+    assert answer.returncode == 0, answer.stdout
+    assert "paused by the kill switch" in answer.stdout
+    assert child.requests == []
+
+
+def test_kcl_health_fails_a_processor_stuck_on_a_record_no_queue_takes(
+    stack, tmp_path, kcl_child, throttled_kms, fake_daemon_process
+):
+    records = removal(stack, "stuck")
+    child = kcl_child(AWS_ENDPOINT_URL=throttled_kms, MAX_RECORD_RETRY_SECONDS="0.2")
+
+    child.post({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+    wait_for(lambda: '"RecordsStuck"' in child.stderr(), "the record to be reported stuck")
+    answer = kcl_health(tmp_path, fake_daemon_process)
+
+    assert answer.returncode == 1
+    assert f"is stuck on {records[0]['sequenceNumber']}" in answer.stdout
+
+
+def test_kcl_refuses_to_start_when_one_attempt_may_outlast_the_health_bound(tmp_path, stack, aws):
+    env = {**os.environ, **aws.environment(), "SESSION_TABLE": stack.table, "SCRATCH_BUCKET": stack.bucket}
+    env.update(HEALTH_STALE_SECONDS="10", SHUTDOWN_GRACE_SECONDS="20", HEALTH_FILE=str(tmp_path / "health"))
+    command = [sys.executable, "-m", "worker.cli", "kcl"]
+
+    result = subprocess.run(command, env=env, cwd=ROOT, input="", capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert "HEALTH_STALE_SECONDS" in line and "SHUTDOWN_GRACE_SECONDS" in line

@@ -221,17 +221,71 @@ def test_shard_end_is_checkpointed_when_every_record_is_clean(stack, daemon):
     assert child.checkpoints == [records[-1]["sequenceNumber"], SHARD_END]
 
 
-def test_shard_end_is_not_checkpointed_while_a_record_is_not_clean(stack, daemon):
-    bad_session(stack, "bad")
-    records = deletes(stack, KinesisShard(), "bad")
+def test_after_a_lost_lease_a_later_batch_and_the_shard_end_are_left_to_the_new_owner(stack, daemon):
+    shard = KinesisShard()
+    stack.put_session("s1")
+    first = deletes(stack, shard, "s1")
     child = daemon()
-    # The session's INSERT is clean and checkpointed; that checkpoint is refused while the REMOVE waits.
-    child.checkpoint_errors = ["InvalidStateException"]
+    child.checkpoint_errors = ["ShutdownException"]
+    child.process_records(first)
+    later = stack.put_session("s2")
 
-    child.process_records(records)
+    child.process_records(deletes(stack, shard, "s2"))
     child.shard_ended()
 
     assert SHARD_END not in child.checkpoints and len(child.requests) == 1
+    assert len(stack.objects(later["scratchPrefix"])) == 3  # read again by the new owner, from the last checkpoint
+
+
+def messages_until_exit(child: FakeDaemon) -> list[dict]:
+    """The messages the child writes until it closes stdout or acknowledges the message in hand (answering
+    checkpoints as the daemon would)."""
+    written = []
+    while (line := child._lines.get(timeout=60)) is not None:
+        message = json.loads(line)
+        written.append(message)
+        if message["action"] == "status":
+            break
+        if message["action"] == "checkpoint":
+            child.answer_checkpoint(message)
+    return written
+
+
+@pytest.mark.parametrize("error", ["InvalidStateException", "IllegalArgumentException", "SomethingNewException"])
+def test_a_checkpoint_refused_other_than_for_a_lost_lease_exits_without_acknowledging_the_batch(stack, daemon, error):
+    shard = KinesisShard()
+    stack.put_session("s1")
+    first = deletes(stack, shard, "s1")
+    child = daemon()
+    child.checkpoint_errors = [error]
+
+    child.post({"action": "processRecords", "records": first, "millisBehindLatest": 0})
+    written = messages_until_exit(child)
+
+    assert [m["action"] for m in written] == ["checkpoint"]  # no status: the batch is not acknowledged
+    assert child.child.wait(60) != 0
+    assert child.checkpoints == []
+    # The daemon then starts a processor again from the last checkpoint: the batch is delivered once more.
+    again = daemon()
+    again.process_records(first)
+    assert again.checkpoints == [first[-1]["sequenceNumber"]]
+
+
+def test_a_checkpoint_still_throttled_is_carried_by_the_next_one_and_every_batch_is_cleaned(stack, daemon):
+    shard = KinesisShard()
+    stack.put_session("s1")
+    first = deletes(stack, shard, "s1")
+    child = daemon()
+    child.checkpoint_errors = ["ThrottlingException"] * 6  # the batch's own checkpoint gives up
+    child.process_records(first)
+    later = stack.put_session("s2")
+
+    second = deletes(stack, shard, "s2")
+    child.process_records(second)
+    child.shard_ended()
+
+    assert stack.objects(later["scratchPrefix"]) == [] and later["grantId"] not in stack.grant_ids()
+    assert child.checkpoints == [second[-1]["sequenceNumber"], SHARD_END]
 
 
 def test_lease_lost_stops_without_a_checkpoint(stack, daemon):

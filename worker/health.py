@@ -7,16 +7,20 @@ prints says why, and the orchestrator keeps it (``docker inspect``).
   file is younger than HEALTH_STALE_SECONDS. The file is removed when the poller stops. A poller whose stream has
   ended (disabled, or gone) with no new stream to follow is unhealthy, whatever its pulse: it cleans nothing
   (``<HEALTH_FILE>.stream`` says why).
-* The KCL image (``--kcl``): the MultiLangDaemon (java) is running, and no record processor has held one of its
-  messages for HEALTH_STALE_SECONDS without a checkpoint. Each processor marks the message it works on in
-  ``<HEALTH_FILE>.kcl-<pid>`` (``MessageMarker``): created when the message arrives, touched at each checkpoint,
-  removed when it is answered. An idle processor, or a worker holding no shard, has no marker and is healthy.
+* The KCL image (``--kcl``): the MultiLangDaemon (java) is running, and every record processor holding one of its
+  messages is either working towards a verdict on its records (cleaned, or given up at a known moment) or paused
+  by the kill switch; not one that has not come round for HEALTH_STALE_SECONDS (wedged), nor one stuck on a record
+  given up with nowhere to go. Each processor marks the message it works on in ``<HEALTH_FILE>.kcl-<pid>``
+  (``MessageMarker``): written when the message arrives and each time the processor comes round (an attempt, a
+  slice of a wait, a checkpoint, a look at the switch), with its state; removed when the message is answered. An idle
+  processor, or a worker holding no shard, has no marker and is healthy. The line printed names each state.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -32,6 +36,12 @@ from worker.exit_codes import ExitCode
 
 DAEMON_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
 PROC = Path("/proc")
+PROGRESSING = "progressing"
+"""Working towards a verdict on every record in hand: each is cleaned, or given up at a known moment."""
+PAUSED = "paused"
+"""Holding its message on the kill switch's word: healthy (a restart would only pause again, with a cold switch)."""
+STUCK = "stuck"
+"""Holding a record given up with nowhere to hand it (no dead-letter queue): the shard waits until someone acts."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,10 +59,11 @@ def main(args: argparse.Namespace) -> int:
         settings = Settings()
     except ValidationError as exc:
         return _unhealthy(str(ConfigurationError(configuration_problems(exc))))
-    problem = kcl_problem(settings, args.daemon_pid) if args.kcl else poller_problem(settings)
+    notes: list[str] = []
+    problem = kcl_problem(settings, args.daemon_pid, notes) if args.kcl else poller_problem(settings)
     if problem is not None:
         return _unhealthy(problem)
-    print("healthy")
+    print("; ".join(["healthy", *notes]))
     return ExitCode.OK
 
 
@@ -79,18 +90,61 @@ def poller_problem(settings: Settings) -> str | None:
     return None
 
 
-def kcl_problem(settings: Settings, daemon_pid: int | None) -> str | None:
-    """Why the KCL daemon or one of its record processors is not healthy, or None."""
+def kcl_problem(settings: Settings, daemon_pid: int | None, notes: list[str] | None = None) -> str | None:
+    """Why the KCL daemon or one of its record processors is not healthy, or None (each working processor's state
+    then added to ``notes``).
+
+    A processor is unhealthy when it has not come round for HEALTH_STALE_SECONDS (wedged), when it is stuck, or when
+    a record it retries is past its give-up moment by as long (a verdict overdue). One that retries records towards
+    their give-up moment, or that the kill switch pauses, is healthy.
+    """
     if not daemon_running(daemon_pid):
         return f"the KCL MultiLangDaemon is not running ({DAEMON_CLASS})"
     for pid, path in markers(settings.health_file):
         try:
-            age = _age(path)
+            age, marker = _age(path), _read_marker(path)
         except OSError:
             continue  # answered (removed) while we looked
-        if age >= settings.stale_after and _alive(pid):
-            return f"record processor {pid} has held a message for {age:.0f} s without a checkpoint"
+        if not _alive(pid):
+            continue
+        problem = _processor_problem(pid, age, marker, settings.stale_after)
+        if problem is not None:
+            return problem
+        if notes is not None:
+            notes.append(_processor_note(pid, marker))
     return None
+
+
+def _processor_problem(pid: int, age: float, marker: dict[str, Any], stale_after: float) -> str | None:
+    if age >= stale_after:
+        return f"record processor {pid} has not come round for {age:.0f} s (HEALTH_STALE_SECONDS: {stale_after:g})"
+    if marker.get("state") == STUCK:
+        records = ", ".join(marker.get("records", []))
+        return f"record processor {pid} is stuck on {records}: given up, with no DEAD_LETTER_QUEUE_URL to take it"
+    give_up_at = marker.get("giveUpAt")
+    if isinstance(give_up_at, int | float) and time.time() - give_up_at >= stale_after:
+        overdue = time.time() - give_up_at
+        return f"record processor {pid}: a record due to be given up {overdue:.0f} s ago is still held"
+    return None
+
+
+def _processor_note(pid: int, marker: dict[str, Any]) -> str:
+    if marker.get("state") == PAUSED:
+        return f"record processor {pid} paused by the kill switch"
+    give_up_at = marker.get("giveUpAt")
+    if isinstance(give_up_at, int | float):
+        due = max(0.0, give_up_at - time.time())
+        return f"record processor {pid} retrying {marker.get('failing', 1)} record(s), given up in {due:.0f} s at most"
+    return f"record processor {pid} working"
+
+
+def _read_marker(path: Path) -> dict[str, Any]:
+    """A marker's content; an unreadable one (an older processor's empty file) says nothing but its age."""
+    try:
+        content = json.loads(path.read_text() or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return content if isinstance(content, dict) else {}
 
 
 def daemon_running(pid: int | None) -> bool:
@@ -125,65 +179,30 @@ def _command_line(pid: int) -> str:
 
 
 class MessageMarker:
-    """A KCL record processor's marker: present from a message's arrival to its answer, touched at each checkpoint."""
+    """A KCL record processor's marker: present from a message's arrival to its answer, and rewritten with what the
+    processor is doing each time it comes round (an attempt, a slice of a wait, a checkpoint, a look at the switch).
+
+    Its content is one JSON object: ``state`` (``PROGRESSING``, ``PAUSED`` or ``STUCK``) and facts for the check's
+    line (``giveUpAt``: when the oldest failing record is due to be given up, epoch seconds; ``records``).
+    """
 
     def __init__(self, health_file: str) -> None:
         self.path = Path(f"{health_file}.kcl-{os.getpid()}")
 
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
-        """Mark the message in hand until it is answered (or raises: amazon_kclpy answers it all the same)."""
-        self.touch()
+        """Mark the message in hand until it is answered (or the process ends)."""
+        self.mark(PROGRESSING)
         try:
             yield
         finally:
             with contextlib.suppress(OSError):
                 os.remove(self.path)
 
-    def touch(self) -> None:
-        """Note progress on the message in hand (a checkpoint). A marker that cannot be written is no marker: the
+    def mark(self, state: str, **facts: Any) -> None:
+        """Note that the processor came round, and in which state. A marker that cannot be written is no marker: the
         check then sees an idle processor, never a wedged one."""
+        partial = self.path.with_name(f".{self.path.name}.partial")
         with contextlib.suppress(OSError):
-            self.path.touch()
-
-
-class Watched:
-    """A v3 record processor whose every message is marked (``MessageMarker``) while it is handled."""
-
-    version = 3
-
-    def __init__(self, processor: Any, marker: MessageMarker) -> None:
-        self._processor = processor
-        self._marker = marker
-
-    def initialize(self, message: Any) -> None:
-        with self._marker.working():
-            self._processor.initialize(message)
-
-    def process_records(self, message: Any) -> None:
-        with self._marker.working():
-            self._processor.process_records(message)
-
-    def lease_lost(self, message: Any) -> None:
-        with self._marker.working():
-            self._processor.lease_lost(message)
-
-    def shard_ended(self, message: Any) -> None:
-        with self._marker.working():
-            self._processor.shard_ended(message)
-
-    def shutdown_requested(self, message: Any) -> None:
-        with self._marker.working():
-            self._processor.shutdown_requested(message)
-
-
-class MarkingCheckpointer:
-    """amazon_kclpy's checkpointer, touching the marker on each checkpoint the processor asks for."""
-
-    def __init__(self, checkpointer: Any, marker: MessageMarker) -> None:
-        self._checkpointer = checkpointer
-        self._marker = marker
-
-    def checkpoint(self, sequence_number: str | None = None, sub_sequence_number: int | None = None) -> None:
-        self._marker.touch()
-        self._checkpointer.checkpoint(sequence_number, sub_sequence_number)
+            partial.write_text(json.dumps({"state": state, **facts}))
+            os.replace(partial, self.path)  # the check never reads half a marker
