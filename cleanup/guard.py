@@ -61,16 +61,17 @@ def resolve_prefix(scratch_prefix: str, settings: Settings, tenant_id: str | Non
 
 # API Gateway's own management endpoint: the signed request stays with AWS, and IAM decides what it may do.
 _EXECUTE_API = re.compile(
-    r"https://[a-z0-9]{10}\.execute-api\.(?P<region>[a-z0-9-]+)\.(?P<suffix>[a-z0-9.-]+)/[A-Za-z0-9_-]+/?"
+    r"https://(?P<api>[a-z0-9]{10})\.execute-api\.(?P<region>[a-z0-9-]+)\.(?P<suffix>[a-z0-9.-]+)/(?P<stage>[A-Za-z0-9_-]+)/?"
 )
 
 
 def callback_endpoint(item_url: str | None, settings: Settings) -> str:
     """The management endpoint to close a session's socket through.
 
-    An item's ``callbackUrl`` is used only if it is WS_CALLBACK_URL, one of ALLOWED_CALLBACK_URLS, or an API Gateway
-    execute-api endpoint in a region that botocore's partition data knows, under that partition's own domain: the
-    worker signs its request with its own credentials, and must not send that to whatever host an item names.
+    An item's ``callbackUrl`` is used only if it is WS_CALLBACK_URL or one of ALLOWED_CALLBACK_URLS: the worker signs
+    its request with its own credentials, and must not send that to whatever host an item names, nor close a socket
+    of another API or stage than its own. An execute-api endpoint is compared by API id, region, domain and stage
+    (a trailing ``/`` aside, it is spelled one way); any other endpoint by its text, trailing ``/`` aside.
 
     Raises:
         RefusedEndpointError: the item's callbackUrl is none of those.
@@ -80,15 +81,23 @@ def callback_endpoint(item_url: str | None, settings: Settings) -> str:
         if not settings.ws_callback_url:
             raise MissingConfigError("session has a connectionId but no callback endpoint: set WS_CALLBACK_URL")
         return settings.ws_callback_url
-    allowed = {url.strip().rstrip("/") for url in settings.allowed_callback_urls.split(",") if url.strip()}
+    allowed = [url.strip() for url in settings.allowed_callback_urls.split(",") if url.strip()]
     if settings.ws_callback_url:
-        allowed.add(settings.ws_callback_url.rstrip("/"))
-    if item_url.rstrip("/") in allowed or execute_api_region(item_url) is not None:
+        allowed.append(settings.ws_callback_url)
+    if _endpoint(item_url) in {_endpoint(url) for url in allowed}:
         return item_url
     raise RefusedEndpointError(
-        f"callbackUrl {item_url!r} is not WS_CALLBACK_URL, an execute-api endpoint of a known region, or in "
-        "ALLOWED_CALLBACK_URLS"
+        f"callbackUrl {item_url!r} is neither WS_CALLBACK_URL nor in ALLOWED_CALLBACK_URLS (an execute-api endpoint "
+        "must name their API id, region and stage): the socket is kept"
     )
+
+
+def _endpoint(url: str) -> tuple[str, ...]:
+    """What identifies an endpoint: an execute-api endpoint's API id, region, domain and stage, else its text."""
+    match = _EXECUTE_API.fullmatch(url)
+    if match is None or execute_api_region(url) is None:
+        return ("url", url.rstrip("/"))
+    return ("execute-api", match["api"], match["region"], match["suffix"], match["stage"])
 
 
 def grant_key(item_key: str | None, settings: Settings) -> str:

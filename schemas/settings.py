@@ -94,8 +94,8 @@ class Settings(BaseSettings):
     ws_callback_url: str | None = None
     """WS_CALLBACK_URL: API Gateway management endpoint, used when the item has no callbackUrl."""
     allowed_callback_urls: str = ""
-    """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL and
-    API Gateway's own ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`` (e.g. a custom domain)."""
+    """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL (another
+    ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}``, a custom domain); any other is refused."""
     kms_key_id: str | None = None
     """KMS_KEY_ID: the grants' key, used when the item has no kmsKeyId."""
     allowed_kms_key_ids: str = ""
