@@ -22,6 +22,7 @@ its lease, a sweep's conditional delete) translate the rest the same way.
           ├── UnsafePrefixError       the guard refused a scratch prefix (nothing was deleted)
           ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
           ├── RefusedKeyError         an item's kmsKeyId is not a key the worker may retire grants on (nothing was sent)
+          ├── UnboundResourceError    SESSION_BINDING: a grant or prefix that is not bound to the item's session (kept)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
           ├── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
@@ -99,6 +100,11 @@ class RefusedEndpointError(PermanentError):
 
 class RefusedKeyError(PermanentError):
     """The item names a KMS key that is neither KMS_KEY_ID nor in ALLOWED_KMS_KEY_IDS: its grant is kept."""
+
+
+class UnboundResourceError(PermanentError):
+    """SESSION_BINDING: the item names a grant or scratch prefix that is not bound to its own session (a grant not
+    named ``session:<id>``, a prefix not ending in ``<id>/``): it is kept."""
 
 
 class MissingConfigError(PermanentError):

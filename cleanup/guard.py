@@ -10,6 +10,9 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
   ``SCRATCH_TENANT_SCOPED`` is on;
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
+With SESSION_BINDING on, a session's grant and prefix must also be bound to it (``session_id`` says whose they must
+be: the checks themselves are the grant's and the scratch data's actions').
+
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
 worker as retiring principal.
@@ -25,6 +28,7 @@ from urllib.parse import unquote
 import botocore.loaders
 
 from cleanup.exceptions import MissingConfigError, RefusedEndpointError, RefusedKeyError, UnsafePrefixError
+from cleanup.expiry.convention import KEY_PREFIX, SESSION_ID
 from schemas.settings import KMS_KEY_ARN, Settings
 
 
@@ -129,6 +133,16 @@ def grant_key(item_key: str | None, settings: Settings) -> str:
         f"kmsKeyId {shown!r} is neither KMS_KEY_ID nor in ALLOWED_KMS_KEY_IDS: the grant is kept; add the key to "
         "ALLOWED_KMS_KEY_IDS if its grants are the sessions', then redrive this record"
     )
+
+
+def session_id(partition_key: str | None, settings: Settings) -> str | None:
+    """The id of the session an item's partition key names: the key less SESSION_KEY_PREFIX (``session#`` when it is
+    unset), if what is left follows the convention (``SESSION_ID``); None otherwise, when nothing can be bound to it."""
+    prefix = settings.session_key_prefix or KEY_PREFIX
+    if partition_key is None or not partition_key.startswith(prefix):
+        return None
+    ident = partition_key[len(prefix) :]
+    return ident if SESSION_ID.fullmatch(ident) else None
 
 
 def execute_api_region(url: str) -> str | None:

@@ -9,9 +9,16 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.aws.coalesce import DELETE
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
-from cleanup.fence import Fence, incomparable_prefix
-from cleanup.guard import ScratchLocation, callback_endpoint, execute_api_region, grant_key, resolve_prefix
+from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, UnboundResourceError
+from cleanup.fence import Fence, Permit, incomparable_prefix
+from cleanup.guard import (
+    ScratchLocation,
+    callback_endpoint,
+    execute_api_region,
+    grant_key,
+    resolve_prefix,
+    session_id,
+)
 from cleanup.race import Holding
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
@@ -74,16 +81,37 @@ def _connection_step(session: Session, connection_id: str, runtime: Runtime, fen
 
 def _grant_step(session: Session, grant_id: str, runtime: Runtime, fence: Fence) -> Step:
     detail = {"grantId": grant_id}
+    bound_to = session_id(session.pk, runtime.settings) if runtime.settings.session_binding else None
     try:
         key_id = grant_key(session.kms_key_id, runtime.settings)
+        if runtime.settings.session_binding and bound_to is None:
+            raise UnboundResourceError(
+                f"the item's key names no session id, so grant {grant_id!r} cannot be bound to it and is kept: set "
+                "SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no such "
+                "convention"
+            )
     except PermanentError as exc:
         return Step(grant.ACTION, grant_id, detail, refusal=exc)
     permit = fence.guard(grant.ACTION, grant_id)
+    if bound_to is not None:
+        permit = _read_again(fence, permit)
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-        return grant.retire_grant(runtime.clients.kms, key_id, grant_id, deadline, permit=permit), {}
+        kms = runtime.clients.kms
+        return grant.retire_grant(kms, key_id, grant_id, deadline, permit=permit, session_id=bound_to), {}
 
     return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
+
+
+def _read_again(fence: Fence, permit: Permit) -> Permit:
+    """The permit of a grant whose name was read first: a reading taken for calls issued together with the grant's
+    (the socket's) predates that ListGrants, so the RetireGrant reads the item again."""
+
+    def again(deadline: Deadline) -> None:
+        fence.stale()
+        permit(deadline)
+
+    return again
 
 
 def _scratch_step(
@@ -91,6 +119,8 @@ def _scratch_step(
 ) -> Step:
     try:
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
+        if runtime.settings.session_binding:
+            scratch.check_bound(where, session_id(session.pk, runtime.settings))
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
     permit = fence.guard(scratch.ACTION, scratch_prefix, where, then=DELETE)

@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     session_sort_key: str | None = None
     """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
     partition holds other rows besides the session's."""
+    session_binding: bool = True
+    """SESSION_BINDING: free a session's grant only if its Name is ``session:<id>`` (one ListGrants before the
+    RetireGrant), and its scratch prefix only if it ends in ``<id>/``, ``<id>`` being the item key's id (the partition
+    key less SESSION_KEY_PREFIX, or ``session#``), as the write path (``cleanup.expiry.write_path``) writes them; an
+    unbound one is kept and its record fails permanently. Off: for tables whose resources follow no such convention."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
     registry_table: str | None = None
     """REGISTRY_TABLE: the connection registry (one item per room membership of a connection); unset: memberships

@@ -2,6 +2,13 @@
 
 The grant must name the worker's role as its retiring principal (CreateGrant ``RetiringPrincipal``), and ``KeyId``
 must be the key's ARN: RetireGrant does not accept a bare key id or an alias.
+
+With SESSION_BINDING on, the grant is retired only if its Name is its session's (``session:<id>``, as
+``create_session_grant`` names it): one ListGrants by key and grant id, made before the fence's permit. A grant's name
+never changes, so the answer holds until the RetireGrant, and the permit stays right before it; its reading must be
+taken after the ListGrants (``cleanup.plan`` reads again where the grant would go on the socket's reading). The
+ListGrants goes through the KMS gate of ``cleanup.aws.pacing`` like the RetireGrant, so both keep to the rate KMS
+allows.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
+from cleanup.exceptions import TransientError, UnboundResourceError
+from cleanup.expiry.convention import grant_name
 from schemas.outcomes import ActionStatus
 
 if TYPE_CHECKING:
@@ -21,18 +30,57 @@ ACTION = "grant"
 
 
 def retire_grant(
-    kms: KMSClient, key_id: str, grant_id: str, deadline: Deadline | None = None, *, permit: Permit
+    kms: KMSClient,
+    key_id: str,
+    grant_id: str,
+    deadline: Deadline | None = None,
+    *,
+    permit: Permit,
+    session_id: str | None = None,
 ) -> ActionStatus:
-    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.fence``). A grant that is not found
-    (already retired or revoked) counts as retired.
+    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.fence``), and, given ``session_id``, only
+    if the grant is that session's (``bound``). A grant that is not found (already retired or revoked) counts as
+    retired.
 
     Raises:
         NowHeldError: ``permit`` keeps the grant (a live session holds it).
+        UnboundResourceError: the grant is named for another session, or not at all: it is kept.
         TransientError: throttling, KMS internal errors, timeouts.
         PermanentError: access denied, invalid grant id, key disabled or pending deletion, and anything else.
     """
-    permit(deadline or Deadline())
+    deadline = deadline or Deadline()
+    if session_id is not None and not bound(kms, key_id, grant_id, session_id, deadline):
+        return ActionStatus.ALREADY_DONE
+    permit(deadline)
     retired = call_or_gone(
         kms.retire_grant, "RetireGrant", deadline, ("NotFoundException",), KeyId=key_id, GrantId=grant_id
     )
     return ActionStatus.ALREADY_DONE if retired is None else ActionStatus.DONE
+
+
+def bound(kms: KMSClient, key_id: str, grant_id: str, session_id: str, deadline: Deadline) -> bool:
+    """Whether ``grant_id`` is still there to retire, as ``session_id``'s (one ListGrants by key and grant id).
+
+    False when the grant is not listed: it was retired already (a grant created moments ago that ListGrants does not
+    show yet is left to ``cleanup-worker reconcile``, which finds it by its name).
+
+    Raises:
+        UnboundResourceError: the grant's Name is not ``session:<session_id>``.
+        TransientError / PermanentError: ListGrants failed (a key that is not found: the grant is gone with it).
+    """
+    found = call_or_gone(
+        kms.list_grants, "ListGrants", deadline, ("NotFoundException",), KeyId=key_id, GrantId=grant_id
+    )
+    if found is not None and "Grants" not in found:  # an empty or cut body, read as {}: not "no such grant"
+        raise TransientError(f"ListGrants: an answer without a list of grants: cannot tell whose {grant_id!r} is")
+    grants = [grant for grant in (found or {}).get("Grants", []) if grant.get("GrantId") == grant_id]
+    if not grants:
+        return False
+    expected, name = grant_name(session_id), grants[0].get("Name", "")
+    if name != expected:
+        raise UnboundResourceError(
+            f"grant {grant_id!r} is named {name!r}, not {expected!r}: it is not bound to this session and is kept. "
+            "If the table's grants are not named by the write path's convention, set SESSION_BINDING=false; else "
+            "find who wrote this item"
+        )
+    return True
