@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
@@ -41,6 +41,13 @@ class Versioning(StrEnum):
 class StartPosition(StrEnum):
     TRIM_HORIZON = "TRIM_HORIZON"
     LATEST = "LATEST"
+
+
+class LogIdentifiers(StrEnum):
+    """How log lines name a session's resources: as they are, or by a keyed hash (``cleanup.telemetry``)."""
+
+    PLAIN = "plain"
+    HASHED = "hashed"
 
 
 class AttributeNames(BaseSettings):
@@ -173,6 +180,13 @@ class Settings(BaseSettings):
     # Telemetry.
     log_level: str = "INFO"
     """LOG_LEVEL."""
+    log_identifiers: LogIdentifiers = LogIdentifiers.PLAIN
+    """LOG_IDENTIFIERS: ``plain``, or ``hashed``: connection, grant, key, bucket, prefix, item key, tenant and session
+    ids are logged as ``hmac:<16 hex>``, an HMAC-SHA256 under LOG_HASH_KEY, the same value the same hash throughout a
+    deployment (and in any text of the same line that quotes it)."""
+    log_hash_key: SecretStr | None = None
+    """LOG_HASH_KEY: the key of those hashes. Unset: derived from SERVICE_NAME, SESSION_TABLE, KMS_KEY_ID and
+    SCRATCH_BUCKET, stable within a deployment but not secret (whoever knows them can hash a guessed tenant id)."""
     metrics_namespace: str = "SessionCleanup"
     """METRICS_NAMESPACE: CloudWatch namespace of the EMF metrics."""
     metrics_destination: str = "auto"
