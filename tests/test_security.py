@@ -129,6 +129,7 @@ IAM_ACTIONS = {
     ("dynamodb", "BatchWriteItem"): {"dynamodb:BatchWriteItem"},
     ("dynamodb", "BatchGetItem"): {"dynamodb:BatchGetItem"},
     ("kms", "RetireGrant"): {"kms:RetireGrant"},
+    ("kms", "ListGrants"): {"kms:ListGrants"},  # SESSION_BINDING: the grant's name, before it is retired
     ("s3", "GetBucketVersioning"): {"s3:GetBucketVersioning"},
     ("s3", "ListObjectsV2"): {"s3:ListBucket"},
     ("s3", "ListObjectVersions"): {"s3:ListBucketVersions"},
