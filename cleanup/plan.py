@@ -10,7 +10,7 @@ from cleanup.actions import connection, grant, registry, scratch
 from cleanup.aws.coalesce import DELETE
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, UnboundResourceError
-from cleanup.fence import Fence, Permit, incomparable_prefix
+from cleanup.fence import Fence, incomparable_prefix
 from cleanup.guard import (
     ScratchLocation,
     callback_endpoint,
@@ -41,6 +41,7 @@ class Step:
     preview: Run | None = None
     refusal: PermanentError | None = None
     location: ScratchLocation | None = None  # where a scratch step deletes, as the guard resolved it
+    prepare: Callable[[Deadline], None] | None = None  # read-only calls sent when the record's cleanup starts
 
 
 def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
@@ -93,25 +94,17 @@ def _grant_step(session: Session, grant_id: str, runtime: Runtime, fence: Fence)
     except PermanentError as exc:
         return Step(grant.ACTION, grant_id, detail, refusal=exc)
     permit = fence.guard(grant.ACTION, grant_id)
-    if bound_to is not None:
-        permit = _read_again(fence, permit)
+    kms = runtime.clients.kms
+    name = grant.NameCheck(kms, key_id, grant_id, bound_to, late=fence.stale) if bound_to is not None else None
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-        kms = runtime.clients.kms
-        return grant.retire_grant(kms, key_id, grant_id, deadline, permit=permit, session_id=bound_to), {}
+        return grant.retire_grant(kms, key_id, grant_id, deadline, permit=permit, name=name), {}
 
-    return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
+    def prepare(deadline: Deadline) -> None:
+        if name is not None:
+            name.start(runtime.side_executor, deadline)
 
-
-def _read_again(fence: Fence, permit: Permit) -> Permit:
-    """The permit of a grant whose name was read first: a reading taken for calls issued together with the grant's
-    (the socket's) predates that ListGrants, so the RetireGrant reads the item again."""
-
-    def again(deadline: Deadline) -> None:
-        fence.stale()
-        permit(deadline)
-
-    return again
+    return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run, prepare=prepare)
 
 
 def _scratch_step(

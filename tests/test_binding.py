@@ -7,6 +7,7 @@ resources in an item they then delete.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -126,17 +127,25 @@ def test_the_write_path_refuses_a_scratch_prefix_that_is_not_the_sessions_own(st
     assert "Item" not in stack.ddb.get_item(TableName=stack.table, Key=stack.key("own"))
 
 
-def test_a_session_back_while_its_grant_name_is_read_keeps_its_grant(
+def test_a_session_back_before_a_late_grant_name_is_answered_keeps_its_grant(
     stack: SessionStack, gateway: LocalGateway
 ) -> None:
-    # The grant goes beside the socket, on the socket's reading: its ListGrants comes after that reading, so the
-    # RetireGrant must read the item again.
+    # The grant's name is asked when the record starts; here its answer comes only after the socket's reading (the
+    # one the grant would go on) and the socket's call, while the user comes back: the RetireGrant must read again.
     socket = gateway.connect()
     old = stack.put_session("back", objects=1, connection_id=socket.connection_id)
     stack.delete("back")
     runtime = stack.runtime(ws_callback_url=gateway.callback_url)
-    runtime.clients.kms.meta.events.register("before-call.kms.ListGrants", lambda **_: stack.put_item(old))
+    closing = threading.Event()
+
+    def slow_answer(**_: object) -> None:
+        closing.wait(timeout=10)
+        stack.put_item(old)
+
+    runtime.clients.kms.meta.events.register("before-call.kms.ListGrants", slow_answer)
+    management = runtime.clients.management(gateway.callback_url)
+    management.meta.events.register("before-call.apigatewaymanagementapi.DeleteConnection", lambda **_: closing.set())
 
     run_batch(read_lambda_event(stack.lambda_event()), runtime)
 
-    assert old["grantId"] in stack.grant_ids()
+    assert closing.is_set() and old["grantId"] in stack.grant_ids()

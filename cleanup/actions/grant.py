@@ -4,15 +4,18 @@ The grant must name the worker's role as its retiring principal (CreateGrant ``R
 must be the key's ARN: RetireGrant does not accept a bare key id or an alias.
 
 With SESSION_BINDING on, the grant is retired only if its Name is its session's (``session:<id>``, as
-``create_session_grant`` names it): one ListGrants by key and grant id, made before the fence's permit. A grant's name
-never changes, so the answer holds until the RetireGrant, and the permit stays right before it; its reading must be
-taken after the ListGrants (``cleanup.plan`` reads again where the grant would go on the socket's reading). The
-ListGrants goes through the KMS gate of ``cleanup.aws.pacing`` like the RetireGrant, so both keep to the rate KMS
-allows.
+``create_session_grant`` names it): one ListGrants by key and grant id (``NameCheck``), sent when the record's
+cleanup starts, beside its first calls, so that its answer is there when the socket's reading lets the grant go with
+the socket's call. A grant's name never changes, so the answer holds until the RetireGrant, and the fence's permit
+stays right before it; an answer that came only after that reading was taken (or a check made again, on a retry)
+makes the permit read again. The ListGrants goes through the KMS gate of ``cleanup.aws.pacing`` like the RetireGrant,
+so both keep to the rate KMS allows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING
 
 from cleanup.aws.calls import call_or_gone
@@ -36,11 +39,10 @@ def retire_grant(
     deadline: Deadline | None = None,
     *,
     permit: Permit,
-    session_id: str | None = None,
+    name: NameCheck | None = None,
 ) -> ActionStatus:
-    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.fence``), and, given ``session_id``, only
-    if the grant is that session's (``bound``). A grant that is not found (already retired or revoked) counts as
-    retired.
+    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.fence``), and, given ``name``, only if the
+    grant is bound to its session. A grant that is not found (already retired or revoked) counts as retired.
 
     Raises:
         NowHeldError: ``permit`` keeps the grant (a live session holds it).
@@ -49,7 +51,7 @@ def retire_grant(
         PermanentError: access denied, invalid grant id, key disabled or pending deletion, and anything else.
     """
     deadline = deadline or Deadline()
-    if session_id is not None and not bound(kms, key_id, grant_id, session_id, deadline):
+    if name is not None and not name.answer(deadline):
         return ActionStatus.ALREADY_DONE
     permit(deadline)
     retired = call_or_gone(
@@ -84,3 +86,35 @@ def bound(kms: KMSClient, key_id: str, grant_id: str, session_id: str, deadline:
             "find who wrote this item"
         )
     return True
+
+
+class NameCheck:
+    """Whether a grant is bound to its session (``bound``), asked early (``start``) and answered when the grant is
+    about to be retired (``answer``)."""
+
+    def __init__(
+        self, kms: KMSClient, key_id: str, grant_id: str, session_id: str, *, late: Callable[[], None]
+    ) -> None:
+        """``late``: makes the next permit read the item again (``Fence.stale``), for an answer that came late."""
+        self._ask = (kms, key_id, grant_id, session_id)
+        self._late = late
+        self._early: Future[bool] | None = None
+
+    def start(self, executor: Executor, deadline: Deadline) -> None:
+        """Send the ListGrants on ``executor`` now, before the record's first read."""
+        self._early = executor.submit(bound, *self._ask, deadline)
+
+    def answer(self, deadline: Deadline) -> bool:
+        """``bound``'s answer: the early one if it is already there, else one waited for (or asked now, if the early
+        one has not started: it may wait behind this thread's own pool), after which the permit reads again.
+
+        Raises:
+            UnboundResourceError / TransientError / PermanentError: as ``bound``.
+        """
+        early, self._early = self._early, None
+        if early is not None and early.done():
+            return early.result()
+        # A running one is bounded by its own call's deadline and timeouts; one not started is asked here instead.
+        answered = early.result() if early is not None and not early.cancel() else bound(*self._ask, deadline)
+        self._late()
+        return answered
