@@ -11,7 +11,8 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
 With SESSION_BINDING on, a session's grant and prefix must also be bound to it (``session_id`` says whose they must
-be: the checks themselves are the grant's and the scratch data's actions').
+be): a prefix must end in the session's id (``check_bound``); a grant's name is read by its action
+(``cleanup.actions.grant``).
 
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
@@ -27,7 +28,13 @@ from urllib.parse import unquote
 
 import botocore.loaders
 
-from cleanup.exceptions import MissingConfigError, RefusedEndpointError, RefusedKeyError, UnsafePrefixError
+from cleanup.exceptions import (
+    MissingConfigError,
+    RefusedEndpointError,
+    RefusedKeyError,
+    UnboundResourceError,
+    UnsafePrefixError,
+)
 from cleanup.expiry.convention import KEY_PREFIX, SESSION_ID
 from schemas.settings import KMS_KEY_ARN, Settings
 
@@ -143,6 +150,27 @@ def session_id(partition_key: str | None, settings: Settings) -> str | None:
         return None
     ident = partition_key[len(prefix) :]
     return ident if SESSION_ID.fullmatch(ident) else None
+
+
+def check_bound(where: ScratchLocation, session_id: str | None) -> None:
+    """That ``where`` is bound to the session ``session_id``: its last segment is the id (``<root>[<tenant>/]<id>/``,
+    as the write path writes it).
+
+    Raises:
+        UnboundResourceError: it is not, or the item's key names no session id (None): nothing is deleted.
+    """
+    if session_id is None:
+        raise UnboundResourceError(
+            f"the item's key names no session id, so scratch prefix {where.prefix!r} cannot be bound to it and is "
+            "kept: set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no "
+            "such convention"
+        )
+    if where.prefix[:-1].rpartition("/")[2] != session_id:
+        raise UnboundResourceError(
+            f"scratch prefix {where.prefix!r} does not end in the session's id {session_id!r}: it is not bound to "
+            "this session and is kept. If the table's prefixes do not end in the session id, set "
+            "SESSION_BINDING=false; else find who wrote this item"
+        )
 
 
 def execute_api_region(url: str) -> str | None:

@@ -14,6 +14,7 @@ from cleanup.fence import Fence, incomparable_prefix
 from cleanup.guard import (
     ScratchLocation,
     callback_endpoint,
+    check_bound,
     execute_api_region,
     grant_key,
     resolve_prefix,
@@ -113,7 +114,7 @@ def _scratch_step(
     try:
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
         if runtime.settings.session_binding:
-            scratch.check_bound(where, session_id(session.pk, runtime.settings))
+            check_bound(where, session_id(session.pk, runtime.settings))
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
     permit = fence.guard(scratch.ACTION, scratch_prefix, where, then=DELETE)

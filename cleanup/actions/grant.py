@@ -73,9 +73,11 @@ def bound(kms: KMSClient, key_id: str, grant_id: str, session_id: str, deadline:
     found = call_or_gone(
         kms.list_grants, "ListGrants", deadline, ("NotFoundException",), KeyId=key_id, GrantId=grant_id
     )
-    if found is not None and "Grants" not in found:  # an empty or cut body, read as {}: not "no such grant"
+    if found is None:  # the key is not found: nor is its grant
+        return False
+    if "Grants" not in found:  # an empty or cut body, read as {}: not "no such grant"
         raise TransientError(f"ListGrants: an answer without a list of grants: cannot tell whose {grant_id!r} is")
-    grants = [grant for grant in (found or {}).get("Grants", []) if grant.get("GrantId") == grant_id]
+    grants = [grant for grant in found["Grants"] if grant.get("GrantId") == grant_id]
     if not grants:
         return False
     expected, name = grant_name(session_id), grants[0].get("Name", "")

@@ -17,8 +17,8 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``check_bound``, before anything
-is listed).
+With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.guard.check_bound``,
+before anything is listed).
 
 Every page goes through ``permit`` right before it is deleted (``cleanup.fence``: the live item read afresh, after
 the record's previous destructive call): a session re-created under the same key while a long prefix was being
@@ -37,14 +37,7 @@ from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import READ, Coalescer, Part
 from cleanup.aws.retry import Deadline
-from cleanup.exceptions import (
-    NowHeldError,
-    OutOfTimeError,
-    PermanentError,
-    TransientError,
-    UnboundResourceError,
-    UnsafePrefixError,
-)
+from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
 from cleanup.guard import ScratchLocation
 
 if TYPE_CHECKING:
@@ -113,27 +106,6 @@ def delete_prefix(
             f"{exc}; {deleted} deleted under {where.prefix!r} so far, the rest on the record's next delivery"
         ) from exc
     return deleted
-
-
-def check_bound(where: ScratchLocation, session_id: str | None) -> None:
-    """That ``where`` is bound to the session ``session_id``: its last segment is the id (``<root>[<tenant>/]<id>/``,
-    as the write path writes it).
-
-    Raises:
-        UnboundResourceError: it is not, or the item's key names no session id (None): nothing is deleted.
-    """
-    if session_id is None:
-        raise UnboundResourceError(
-            f"the item's key names no session id, so scratch prefix {where.prefix!r} cannot be bound to it and is "
-            "kept: set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no "
-            "such convention"
-        )
-    if where.prefix[:-1].rpartition("/")[2] != session_id:
-        raise UnboundResourceError(
-            f"scratch prefix {where.prefix!r} does not end in the session's id {session_id!r}: it is not bound to "
-            "this session and is kept. If the table's prefixes do not end in the session id, set "
-            "SESSION_BINDING=false; else find who wrote this item"
-        )
 
 
 def _permitted(pages: Iterator[Page], permit: Permit, deadline: Deadline, beside: Executor | None) -> Iterator[Page]:
