@@ -8,8 +8,8 @@ With SESSION_BINDING on, the grant is retired only if its Name is its session's 
 cleanup starts, beside its first calls, so that its answer is there when the socket's reading lets the grant go with
 the socket's call. A grant's name never changes, so the answer holds until the RetireGrant, and the fence's permit
 stays right before it; an answer that came only after that reading was taken (or a check made again, on a retry)
-makes the permit read again. The ListGrants goes through the KMS gate of ``cleanup.aws.pacing`` like the RetireGrant,
-so both keep to the rate KMS allows.
+makes the permit read again. KMS quotas ListGrants apart from RetireGrant, and so does ``cleanup.aws.pacing``
+(``RATED_APART``).
 """
 
 from __future__ import annotations
