@@ -77,33 +77,36 @@ def identifier_hasher(settings: Settings) -> Hasher | None:
 def hide_identifiers(line: dict[str, Any], hasher: Hasher) -> dict[str, Any]:
     """``line`` with every IDENTIFIER_FIELDS value hashed, and those values replaced in its texts as well."""
     seen: dict[str, str] = {}
-
-    def fields(value: Any, name: str) -> Any:
-        if isinstance(value, dict):
-            return {key: fields(item, key) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [fields(item, name) for item in value]
-        if name in IDENTIFIER_FIELDS and value is not None and not isinstance(value, bool) and str(value):
-            seen[str(value)] = hasher(str(value))
-            return seen[str(value)]
-        return value
-
-    hidden = fields(line, "")
+    hidden = _hash_fields(line, "", hasher, seen)
     if not seen:
         return dict(hidden)
     spelled = [re.escape(v) if len(v) >= SHORT else f"(?<=['\"]){re.escape(v)}(?=['\"])" for v in seen]
     pattern = re.compile("|".join(sorted(spelled, key=len, reverse=True)))
+    return dict(_replace_in_texts(hidden, pattern, seen))
 
-    def texts(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {key: texts(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [texts(item) for item in value]
-        if isinstance(value, str) and value not in seen.values():
-            return pattern.sub(lambda match: seen[match.group(0)], value)  # one pass: no hash is searched again
-        return value
 
-    return dict(texts(hidden))
+def _hash_fields(value: Any, name: str, hasher: Hasher, seen: dict[str, str]) -> Any:
+    """``value`` (the field ``name``'s) with its identifiers hashed; each one's hash noted in ``seen``."""
+    if isinstance(value, dict) and name in IDENTIFIER_FIELDS:  # a key as AttributeValues: one identifier
+        value = json.dumps(value, sort_keys=True)
+    if isinstance(value, dict):
+        return {key: _hash_fields(item, key, hasher, seen) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_hash_fields(item, name, hasher, seen) for item in value]
+    if name in IDENTIFIER_FIELDS and value is not None and not isinstance(value, bool) and str(value):
+        seen[str(value)] = hasher(str(value))
+        return seen[str(value)]
+    return value
+
+
+def _replace_in_texts(value: Any, pattern: re.Pattern[str], seen: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _replace_in_texts(item, pattern, seen) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replace_in_texts(item, pattern, seen) for item in value]
+    if isinstance(value, str) and value not in seen.values():
+        return pattern.sub(lambda match: seen[match.group(0)], value)  # one pass: no hash is searched again
+    return value
 
 
 class JsonFormatter(logging.Formatter):

@@ -147,7 +147,7 @@ def test_with_hashed_identifiers_no_log_line_at_any_level_names_a_sessions_resou
     assert remove["actions"]["grant"]["status"] == "done" and remove["actions"]["grant"]["grantId"].startswith("hmac:")
 
 
-def hashed(settings: Settings, **fields: str) -> dict[str, str]:
+def hashed(settings: Settings, **fields: object) -> dict[str, str]:
     stream = io.StringIO()
     configure_logging(settings, stream)
     try:
@@ -162,9 +162,10 @@ def test_hashed_identifiers_are_stable_within_a_deployment_and_differ_between_de
     one = Settings(log_identifiers="hashed", session_table="sessions-a")
 
     first, again = hashed(one, tenantId="t1", grantId="g1"), hashed(one, tenantId="t1", grantId="g1")
+    [key] = hashed(one, key={"pk": {"S": "session#s1"}}).values()
     other = hashed(Settings(log_identifiers="hashed", session_table="sessions-b"), tenantId="t1")
     keyed = hashed(Settings(log_identifiers="hashed", session_table="sessions-a", log_hash_key="s3cret"), tenantId="t1")
 
-    assert first == again and first["tenantId"] != first["grantId"]
+    assert first == again and first["tenantId"] != first["grantId"] and key.startswith("hmac:")
     assert len({first["tenantId"], other["tenantId"], keyed["tenantId"]}) == 3
     assert hashed(Settings(), tenantId="t1") == {"tenantId": "t1"}  # plain, the default
