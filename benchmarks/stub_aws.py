@@ -5,7 +5,7 @@ its URL on the first line of stdout). The worker reaches it over HTTP with its r
 signing, sending and parsing are all measured; only the server's own work is gone. Every answer waits ``latency``
 seconds first (an asyncio sleep: hundreds of calls wait at once without a thread each), like a round trip to AWS.
 
-Served: DynamoDB GetItem and BatchGetItem (no live item: every session was deleted), KMS RetireGrant, S3
+Served: DynamoDB GetItem and BatchGetItem (no live item: every session was deleted), KMS ListGrants and RetireGrant, S3
 GetBucketVersioning, ListObjectsV2 (``encoding-type=url`` honoured, pages of ``max-keys``) and DeleteObjects, and the
 Management API's DeleteConnection. Control paths under ``/_stub/`` load sessions (``populate``), say what is left
 (``observe``) and count the calls by operation (``calls``).
@@ -37,6 +37,7 @@ class State:
         self.keys: dict[str, list[str]] = {}  # bucket -> sorted keys ever put
         self.live: dict[str, set[str]] = {}  # bucket -> keys not deleted
         self.grants: set[str] = set()
+        self.grant_names: dict[str, str] = {}
         self.connections: set[str] = set()
         self.calls: Counter[str] = Counter()
 
@@ -48,6 +49,7 @@ class State:
         live.update(new)
         keys[:] = sorted(set(keys) | set(new))
         self.grants.update(spec.get("grants", []))
+        self.grant_names.update(spec.get("grant_names", {}))
         self.connections.update(spec.get("connections", []))
 
     def observe(self, spec: dict[str, Any]) -> dict[str, int]:
@@ -108,6 +110,14 @@ class Stub:
             return _json({})
         if operation == "BatchGetItem":
             return _json({"Responses": {table: [] for table in body["RequestItems"]}, "UnprocessedKeys": {}})
+        if operation == "ListGrants":  # by grant id: the grant's Name (SESSION_BINDING), or none once retired
+            grant = body.get("GrantId", "")
+            listed = (
+                [{"GrantId": grant, "Name": self.state.grant_names.get(grant, "")}]
+                if grant in self.state.grants
+                else []
+            )
+            return _json({"Grants": listed, "Truncated": False})
         if operation == "RetireGrant":
             self.state.grants.discard(body.get("GrantId", ""))
             return _json({})

@@ -96,6 +96,9 @@ def synthesise(count: int, *, objects: int, table: str, bucket: str) -> tuple[di
         grants.append(grant)
         connections.append(connection)
     spec = {"bucket": bucket, "prefixes": prefixes, "objects": objects, "grants": grants, "connections": connections}
+    spec["grant_names"] = {
+        grant: f"session:{prefix.rstrip('/').rsplit('/', 1)[1]}" for grant, prefix in zip(grants, prefixes, strict=True)
+    }
     return {"Records": records}, spec
 
 

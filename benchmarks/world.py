@@ -61,7 +61,8 @@ class _World:
             item = {"pk": {"S": f"session#{name}-{n}"}, "sk": {"S": "meta"}, "tenantId": {"S": f"t{n % 7}"}}
             item |= {"scratchPrefix": {"S": prefix}, "ttl": {"N": "1700000000"}}
             if grant:
-                grant_id, _ = kms_backend.create_grant(key["KeyId"], GRANTEE, ["Decrypt"], "", {}, GRANTEE)
+                name_ = f"session:{name}-{n}"  # bound to its session (SESSION_BINDING)
+                grant_id, _ = kms_backend.create_grant(key["KeyId"], GRANTEE, ["Decrypt"], name_, {}, GRANTEE)
                 item["grantId"] = {"S": grant_id}
             if sockets:
                 client = self.gateway.connect()

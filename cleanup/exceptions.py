@@ -23,6 +23,7 @@ its lease, a sweep's conditional delete) translate the rest the same way.
           ├── RefusedEndpointError    an item's callbackUrl is not an allowed management endpoint (nothing was sent)
           ├── RefusedKeyError         an item's kmsKeyId is not a key the worker may retire grants on (nothing was sent)
           ├── RefusedConnectionError  an item's connection attribute does not match CONNECTION_ID_PATTERN (nothing sent)
+          ├── UnboundResourceError    SESSION_BINDING: a grant or prefix that is not bound to the item's session (kept)
           ├── MissingConfigError      a resource with no way to reach it (grant without key, socket without endpoint)
           ├── BadRecordError          the record or its image cannot be decoded (names the attribute)
           ├── SessionExistsError      write path: creating a session whose key is taken (its resources would leak)
@@ -106,6 +107,11 @@ class RefusedKeyError(PermanentError):
 
 class RefusedConnectionError(PermanentError):
     """The item's connection attribute does not match CONNECTION_ID_PATTERN: no connection id can be read from it."""
+
+
+class UnboundResourceError(PermanentError):
+    """SESSION_BINDING: the item names a grant or scratch prefix that is not bound to its own session (a grant not
+    named ``session:<id>``, a prefix not ending in ``<id>/``): it is kept."""
 
 
 class MissingConfigError(PermanentError):

@@ -10,6 +10,10 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
   ``SCRATCH_TENANT_SCOPED`` is on;
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
+With SESSION_BINDING on, a session's grant and prefix must also be bound to it (``session_id`` says whose they must
+be): a prefix must end in the session's id (``check_bound``); a grant's name is read by its action
+(``cleanup.actions.grant``).
+
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
 worker as retiring principal.
@@ -29,8 +33,10 @@ from cleanup.exceptions import (
     RefusedConnectionError,
     RefusedEndpointError,
     RefusedKeyError,
+    UnboundResourceError,
     UnsafePrefixError,
 )
+from cleanup.expiry.convention import KEY_PREFIX, SESSION_ID
 from schemas.settings import KMS_KEY_ARN, Settings
 
 
@@ -67,16 +73,17 @@ def resolve_prefix(scratch_prefix: str, settings: Settings, tenant_id: str | Non
 
 # API Gateway's own management endpoint: the signed request stays with AWS, and IAM decides what it may do.
 _EXECUTE_API = re.compile(
-    r"https://[a-z0-9]{10}\.execute-api\.(?P<region>[a-z0-9-]+)\.(?P<suffix>[a-z0-9.-]+)/[A-Za-z0-9_-]+/?"
+    r"https://(?P<api>[a-z0-9]{10})\.execute-api\.(?P<region>[a-z0-9-]+)\.(?P<suffix>[a-z0-9.-]+)/(?P<stage>[A-Za-z0-9_-]+)/?"
 )
 
 
 def callback_endpoint(item_url: str | None, settings: Settings) -> str:
     """The management endpoint to close a session's socket through.
 
-    An item's ``callbackUrl`` is used only if it is WS_CALLBACK_URL, one of ALLOWED_CALLBACK_URLS, or an API Gateway
-    execute-api endpoint in a region that botocore's partition data knows, under that partition's own domain: the
-    worker signs its request with its own credentials, and must not send that to whatever host an item names.
+    An item's ``callbackUrl`` is used only if it is WS_CALLBACK_URL or one of ALLOWED_CALLBACK_URLS: the worker signs
+    its request with its own credentials, and must not send that to whatever host an item names, nor close a socket
+    of another API or stage than its own. An execute-api endpoint is compared by API id, region, domain and stage
+    (a trailing ``/`` aside, it is spelled one way); any other endpoint by its text, trailing ``/`` aside.
 
     Raises:
         RefusedEndpointError: the item's callbackUrl is none of those.
@@ -86,15 +93,23 @@ def callback_endpoint(item_url: str | None, settings: Settings) -> str:
         if not settings.ws_callback_url:
             raise MissingConfigError("session has a connectionId but no callback endpoint: set WS_CALLBACK_URL")
         return settings.ws_callback_url
-    allowed = {url.strip().rstrip("/") for url in settings.allowed_callback_urls.split(",") if url.strip()}
+    allowed = [url.strip() for url in settings.allowed_callback_urls.split(",") if url.strip()]
     if settings.ws_callback_url:
-        allowed.add(settings.ws_callback_url.rstrip("/"))
-    if item_url.rstrip("/") in allowed or execute_api_region(item_url) is not None:
+        allowed.append(settings.ws_callback_url)
+    if _endpoint(item_url) in {_endpoint(url) for url in allowed}:
         return item_url
     raise RefusedEndpointError(
-        f"callbackUrl {item_url!r} is not WS_CALLBACK_URL, an execute-api endpoint of a known region, or in "
-        "ALLOWED_CALLBACK_URLS"
+        f"callbackUrl {item_url!r} is neither WS_CALLBACK_URL nor in ALLOWED_CALLBACK_URLS (an execute-api endpoint "
+        "must name their API id, region and stage): the socket is kept"
     )
+
+
+def _endpoint(url: str) -> tuple[str, ...]:
+    """What identifies an endpoint: an execute-api endpoint's API id, region, domain and stage, else its text."""
+    match = _EXECUTE_API.fullmatch(url)
+    if match is None or execute_api_region(url) is None:
+        return ("url", url.rstrip("/"))
+    return ("execute-api", match["api"], match["region"], match["suffix"], match["stage"])
 
 
 def grant_key(item_key: str | None, settings: Settings) -> str:
@@ -153,6 +168,37 @@ def connection_id(value: str, settings: Settings) -> str:
 @cache
 def _pattern(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
+
+
+def session_id(partition_key: str | None, settings: Settings) -> str | None:
+    """The id of the session an item's partition key names: the key less SESSION_KEY_PREFIX (``session#`` when it is
+    unset), if what is left follows the convention (``SESSION_ID``); None otherwise, when nothing can be bound to it."""
+    prefix = settings.session_key_prefix or KEY_PREFIX
+    if partition_key is None or not partition_key.startswith(prefix):
+        return None
+    ident = partition_key[len(prefix) :]
+    return ident if SESSION_ID.fullmatch(ident) else None
+
+
+def check_bound(where: ScratchLocation, session_id: str | None) -> None:
+    """That ``where`` is bound to the session ``session_id``: its last segment is the id (``<root>[<tenant>/]<id>/``,
+    as the write path writes it).
+
+    Raises:
+        UnboundResourceError: it is not, or the item's key names no session id (None): nothing is deleted.
+    """
+    if session_id is None:
+        raise UnboundResourceError(
+            f"the item's key names no session id, so scratch prefix {where.prefix!r} cannot be bound to it and is "
+            "kept: set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no "
+            "such convention"
+        )
+    if where.prefix[:-1].rpartition("/")[2] != session_id:
+        raise UnboundResourceError(
+            f"scratch prefix {where.prefix!r} does not end in the session's id {session_id!r}: it is not bound to "
+            "this session and is kept. If the table's prefixes do not end in the session id, set "
+            "SESSION_BINDING=false; else find who wrote this item"
+        )
 
 
 def execute_api_region(url: str) -> str | None:

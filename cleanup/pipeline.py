@@ -204,6 +204,9 @@ def _act(
     A dry run plans the steps one after another.
     """
     ordered = sorted(steps, key=lambda step: (step.action != scratch.ACTION, step.action not in TOGETHER))
+    for step in [] if dry_run else steps:
+        if step.prepare is not None:
+            step.prepare(deadline)  # a grant's name, read beside the first calls (``cleanup.actions.grant``)
     started: set[int] = set()
     beside: dict[int, Future[ActionResult]] = {}
 

@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.aws.coalesce import DELETE
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
+from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, UnboundResourceError
 from cleanup.fence import Fence, incomparable_prefix
 from cleanup.guard import (
     ScratchLocation,
     callback_endpoint,
+    check_bound,
     execute_api_region,
     grant_key,
     resolve_prefix,
+    session_id,
 )
 from cleanup.guard import connection_id as connection_id_of
 from cleanup.race import Holding
@@ -41,6 +43,7 @@ class Step:
     preview: Run | None = None
     refusal: PermanentError | None = None
     location: ScratchLocation | None = None  # where a scratch step deletes, as the guard resolved it
+    prepare: Callable[[Deadline], None] | None = None  # read-only calls sent when the record's cleanup starts
 
 
 def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
@@ -83,16 +86,29 @@ def _connection_step(session: Session, attribute: str, runtime: Runtime, fence: 
 
 def _grant_step(session: Session, grant_id: str, runtime: Runtime, fence: Fence) -> Step:
     detail = {"grantId": grant_id}
+    bound_to = session_id(session.pk, runtime.settings) if runtime.settings.session_binding else None
     try:
         key_id = grant_key(session.kms_key_id, runtime.settings)
+        if runtime.settings.session_binding and bound_to is None:
+            raise UnboundResourceError(
+                f"the item's key names no session id, so grant {grant_id!r} cannot be bound to it and is kept: set "
+                "SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no such "
+                "convention"
+            )
     except PermanentError as exc:
         return Step(grant.ACTION, grant_id, detail, refusal=exc)
     permit = fence.guard(grant.ACTION, grant_id)
+    kms = runtime.clients.kms
+    name = grant.NameCheck(kms, key_id, grant_id, bound_to, late=fence.stale) if bound_to is not None else None
 
     def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-        return grant.retire_grant(runtime.clients.kms, key_id, grant_id, deadline, permit=permit), {}
+        return grant.retire_grant(kms, key_id, grant_id, deadline, permit=permit, name=name), {}
 
-    return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run)
+    def prepare(deadline: Deadline) -> None:
+        if name is not None:
+            name.start(runtime.side_executor, deadline)
+
+    return Step(grant.ACTION, grant_id, {**detail, "keyId": key_id}, run=run, prepare=prepare)
 
 
 def _scratch_step(
@@ -100,6 +116,8 @@ def _scratch_step(
 ) -> Step:
     try:
         where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
+        if runtime.settings.session_binding:
+            check_bound(where, session_id(session.pk, runtime.settings))
     except PermanentError as exc:
         return Step(scratch.ACTION, scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)
     permit = fence.guard(scratch.ACTION, scratch_prefix, where, then=DELETE)

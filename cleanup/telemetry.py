@@ -5,25 +5,32 @@ KCL MultiLangDaemon talks to its child over it), so logs and metrics go to stder
 agent's EMF endpoint (``tcp://`` or ``udp://``). This module does it itself, in under two hundred lines: Powertools'
 Metrics prints to stdout only, and aws-embedded-metrics writes to stdout or to an agent's socket, never to stderr
 (and both pull in more than a cold start should pay for).
+
+With LOG_IDENTIFIERS=hashed, the fields that name a session's resources (``IDENTIFIER_FIELDS``, at any depth) are
+logged as ``hmac:<16 hex>``, an HMAC-SHA256 under LOG_HASH_KEY (or a key derived from the deployment's names), and
+every text of the same line (a message, an error, a traceback) has the same values replaced by the same hashes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
 from schemas.outcomes import Outcome, Status
-from schemas.settings import Settings
+from schemas.settings import LogIdentifiers, Settings
 
 LOGGER_NAME = "cleanup"
 log = logging.getLogger(LOGGER_NAME)
@@ -31,12 +38,86 @@ log = logging.getLogger(LOGGER_NAME)
 _STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, service, message, and whatever ``extra`` carried."""
+IDENTIFIER_FIELDS = frozenset(
+    {
+        "connectionId",
+        "grantId",
+        "keyId",
+        "bucket",
+        "prefix",
+        "scratchPrefix",
+        "key",
+        "tenantId",
+        "sessionId",
+        "id",
+        "membership",
+    }
+)
+"""Log fields that name a session's resources, its item or its tenant: hashed with LOG_IDENTIFIERS=hashed."""
+SHORT = 4  # a value shorter than this is replaced in a text only where it is quoted: it could be part of any word
 
-    def __init__(self, service: str) -> None:
+Hasher = Callable[[str], str]
+
+
+def identifier_hasher(settings: Settings) -> Hasher | None:
+    """What a logged identifier becomes with LOG_IDENTIFIERS=hashed (None: logged as it is)."""
+    if settings.log_identifiers is not LogIdentifiers.HASHED:
+        return None
+    if settings.log_hash_key is not None:
+        key = settings.log_hash_key.get_secret_value().encode()
+    else:  # the same in every function and process of a deployment, and differs between deployments
+        names = (settings.service_name, settings.session_table, settings.kms_key_id, settings.scratch_bucket)
+        key = hashlib.sha256("\0".join(["log identifiers", *(name or "" for name in names)]).encode()).digest()
+
+    def hashed(value: str) -> str:
+        return "hmac:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:16]
+
+    return hashed
+
+
+def hide_identifiers(line: dict[str, Any], hasher: Hasher) -> dict[str, Any]:
+    """``line`` with every IDENTIFIER_FIELDS value hashed, and those values replaced in its texts as well."""
+    seen: dict[str, str] = {}
+    hidden = _hash_fields(line, "", hasher, seen)
+    if not seen:
+        return dict(hidden)
+    spelled = [re.escape(v) if len(v) >= SHORT else f"(?<=['\"]){re.escape(v)}(?=['\"])" for v in seen]
+    pattern = re.compile("|".join(sorted(spelled, key=len, reverse=True)))
+    return dict(_replace_in_texts(hidden, pattern, seen))
+
+
+def _hash_fields(value: Any, name: str, hasher: Hasher, seen: dict[str, str]) -> Any:
+    """``value`` (the field ``name``'s) with its identifiers hashed; each one's hash noted in ``seen``."""
+    if isinstance(value, dict) and name in IDENTIFIER_FIELDS:  # a key as AttributeValues: one identifier
+        value = json.dumps(value, sort_keys=True)
+    if isinstance(value, dict):
+        return {key: _hash_fields(item, key, hasher, seen) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_hash_fields(item, name, hasher, seen) for item in value]
+    if name in IDENTIFIER_FIELDS and value is not None and not isinstance(value, bool) and str(value):
+        seen[str(value)] = hasher(str(value))
+        return seen[str(value)]
+    return value
+
+
+def _replace_in_texts(value: Any, pattern: re.Pattern[str], seen: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _replace_in_texts(item, pattern, seen) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replace_in_texts(item, pattern, seen) for item in value]
+    if isinstance(value, str) and value not in seen.values():
+        return pattern.sub(lambda match: seen[match.group(0)], value)  # one pass: no hash is searched again
+    return value
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, service, message, and whatever ``extra`` carried (identifiers hashed
+    by ``hasher``, when given)."""
+
+    def __init__(self, service: str, hasher: Hasher | None = None) -> None:
         super().__init__()
         self.service = service
+        self.hasher = hasher
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -48,6 +129,8 @@ class JsonFormatter(logging.Formatter):
         line.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
+        if self.hasher is not None:
+            line = hide_identifiers(json.loads(json.dumps(line, default=str)), self.hasher)
         return json.dumps(line, default=str)
 
 
@@ -58,7 +141,7 @@ def in_lambda() -> bool:
 def configure_logging(settings: Settings, stream: IO[str] | None = None) -> None:
     """Send the worker's logs, as JSON lines, to ``stream`` (stdout in Lambda, stderr elsewhere)."""
     handler = logging.StreamHandler(stream or (sys.stdout if in_lambda() else sys.stderr))
-    handler.setFormatter(JsonFormatter(settings.service_name))
+    handler.setFormatter(JsonFormatter(settings.service_name, identifier_hasher(settings)))
     log.handlers[:] = [handler]
     log.setLevel(settings.log_level.upper())
     log.propagate = False

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
@@ -46,6 +46,13 @@ class Versioning(StrEnum):
 class StartPosition(StrEnum):
     TRIM_HORIZON = "TRIM_HORIZON"
     LATEST = "LATEST"
+
+
+class LogIdentifiers(StrEnum):
+    """How log lines name a session's resources: as they are, or by a keyed hash (``cleanup.telemetry``)."""
+
+    PLAIN = "plain"
+    HASHED = "hashed"
 
 
 class AttributeNames(BaseSettings):
@@ -112,8 +119,8 @@ class Settings(BaseSettings):
     ws_callback_url: str | None = None
     """WS_CALLBACK_URL: API Gateway management endpoint, used when the item has no callbackUrl."""
     allowed_callback_urls: str = ""
-    """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL and
-    API Gateway's own ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`` (e.g. a custom domain)."""
+    """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL (another
+    ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}``, a custom domain); any other is refused."""
     connection_id_pattern: str | None = None
     """CONNECTION_ID_PATTERN: a regular expression whose named group ``id`` is the connection id inside the item's
     connection attribute (e.g. ``^conn#(?P<id>.+)$`` when ATTR_CONNECTION_ID=pk holds ``conn#<id>``); a value it
@@ -132,6 +139,11 @@ class Settings(BaseSettings):
     session_sort_key: str | None = None
     """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
     partition holds other rows besides the session's."""
+    session_binding: bool = True
+    """SESSION_BINDING: free a session's grant only if its Name is ``session:<id>`` (one ListGrants before the
+    RetireGrant), and its scratch prefix only if it ends in ``<id>/``, ``<id>`` being the item key's id (the partition
+    key less SESSION_KEY_PREFIX, or ``session#``), as the write path (``cleanup.expiry.write_path``) writes them; an
+    unbound one is kept and its record fails permanently. Off: for tables whose resources follow no such convention."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
     global_table: bool = False
     """GLOBAL_TABLE: SESSION_TABLE is a global table with a worker in each of its regions: a session is cleaned only
@@ -202,6 +214,13 @@ class Settings(BaseSettings):
     # Telemetry.
     log_level: str = "INFO"
     """LOG_LEVEL."""
+    log_identifiers: LogIdentifiers = LogIdentifiers.PLAIN
+    """LOG_IDENTIFIERS: ``plain``, or ``hashed``: connection, grant, key, bucket, prefix, item key, tenant and session
+    ids are logged as ``hmac:<16 hex>``, an HMAC-SHA256 under LOG_HASH_KEY, the same value the same hash throughout a
+    deployment (and in any text of the same line that quotes it)."""
+    log_hash_key: SecretStr | None = None
+    """LOG_HASH_KEY: the key of those hashes. Unset: derived from SERVICE_NAME, SESSION_TABLE, KMS_KEY_ID and
+    SCRATCH_BUCKET, stable within a deployment but not secret (whoever knows them can hash a guessed tenant id)."""
     metrics_namespace: str = "SessionCleanup"
     """METRICS_NAMESPACE: CloudWatch namespace of the EMF metrics."""
     metrics_destination: str = "auto"
@@ -437,6 +456,7 @@ SESSION_SHAPE = frozenset(
         "CONNECTION_ID_PATTERN",
         "GLOBAL_TABLE",
         "SCRATCH_BUCKET_REGION",
+        "SESSION_BINDING",
         *(f"ATTR_{name.upper()}" for name in AttributeNames.model_fields),
     }
 )

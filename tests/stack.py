@@ -121,7 +121,10 @@ class SessionStack:
             item["connectionId"] = connection_id
         if grant:
             item["grantId"] = self.kms.create_grant(
-                KeyId=self.key_arn, GranteePrincipal="arn:aws:iam::123456789012:role/agent", Operations=["Decrypt"]
+                KeyId=self.key_arn,
+                GranteePrincipal="arn:aws:iam::123456789012:role/agent",
+                Operations=["Decrypt"],
+                Name=f"session:{session_id}",  # bound to its session (SESSION_BINDING)
             )["GrantId"]
         item.update(extra or {})
         self.put_item(item)

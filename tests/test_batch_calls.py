@@ -74,7 +74,7 @@ def test_in_a_batch_of_two_tables_records_only_session_tables_are_cleaned(world:
     ids = ["s1", "s2", "s3"]
     for table in (stack.table, other):
         for sid in ids:
-            prefix = f"sessions/t1/{table[-8:]}-{sid}/"
+            prefix = f"sessions/{table[-8:]}/{sid}/"  # ends in the session id (SESSION_BINDING)
             stack.s3.put_object(Bucket=stack.bucket, Key=f"{prefix}part", Body=b"scratch")
             item = {"pk": {"S": f"session#{sid}"}, "sk": {"S": "meta"}, "tenantId": {"S": "t1"}}
             stack.ddb.put_item(TableName=table, Item={**item, "scratchPrefix": {"S": prefix}})
@@ -88,7 +88,7 @@ def test_in_a_batch_of_two_tables_records_only_session_tables_are_cleaned(world:
 
     removes = [o for o in outcomes if o.event_name == "REMOVE"]
     assert [o.status for o in removes] == [Status.CLEANED] * 3 + [Status.SKIPPED] * 3  # SESSION_TABLE's, then other's
-    assert sorted(stack.objects("sessions/")) == [f"sessions/t1/{other[-8:]}-{sid}/part" for sid in ids]
+    assert sorted(stack.objects("sessions/")) == [f"sessions/{other[-8:]}/{sid}/part" for sid in ids]
 
 
 class Unprocessed:

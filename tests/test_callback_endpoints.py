@@ -1,4 +1,5 @@
-"""Callback endpoints named by items: known regions only, signed for their own region, and a dead host is permanent."""
+"""Callback endpoints named by items: the configured APIs and stages only, signed for their own region, and a dead host
+is permanent."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ LONDON = "https://abcdef1234.execute-api.eu-west-2.amazonaws.com/prod"
         "https://abcdef1234.execute-api.eu-west-2.example.com/prod",
     ],
 )
-def test_an_execute_api_host_outside_the_known_regions_is_refused(item_url: str) -> None:
-    with pytest.raises(RefusedEndpointError, match="known region"):
-        callback_endpoint(item_url, Settings())
+def test_an_execute_api_host_outside_the_configured_ones_is_refused(item_url: str) -> None:
+    with pytest.raises(RefusedEndpointError, match="ALLOWED_CALLBACK_URLS"):
+        callback_endpoint(item_url, Settings(ws_callback_url=LONDON))
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def delete_session_with_callback(stack: SessionStack, callback_url: str) -> dict
 
 def test_a_cross_region_endpoint_is_called_with_a_request_signed_for_its_region(stack: SessionStack) -> None:
     delete_session_with_callback(stack, LONDON)
-    runtime = stack.runtime()  # the worker itself is in us-east-1
+    runtime = stack.runtime(allowed_callback_urls=LONDON)  # the worker itself is in us-east-1
     sent = SentTo(runtime.clients.management(LONDON, "eu-west-2"))
 
     outcome = run_batch(read_lambda_event(stack.lambda_event()), runtime)[-1]
@@ -101,7 +102,7 @@ def test_a_host_that_does_not_resolve_is_a_permanent_failure_of_the_connection_a
     resolver["abcdef1234.execute-api.eu-west-2.amazonaws.com"] = socket.EAI_NONAME
     item = delete_session_with_callback(stack, LONDON)
 
-    outcome = run_batch(read_lambda_event(stack.lambda_event()), stack.runtime())[-1]
+    outcome = run_batch(read_lambda_event(stack.lambda_event()), stack.runtime(allowed_callback_urls=LONDON))[-1]
 
     actions = {a.action: a for a in outcome.actions}
     assert outcome.status is Status.FAILED and outcome.permanent
@@ -114,7 +115,9 @@ def test_a_resolver_that_cannot_answer_now_is_transient(stack: SessionStack, res
     resolver["abcdef1234.execute-api.eu-west-2.amazonaws.com"] = socket.EAI_AGAIN
     delete_session_with_callback(stack, LONDON)
 
-    outcome = run_batch(read_lambda_event(stack.lambda_event()), stack.runtime(retry_attempts=2))[-1]
+    outcome = run_batch(
+        read_lambda_event(stack.lambda_event()), stack.runtime(allowed_callback_urls=LONDON, retry_attempts=2)
+    )[-1]
 
     assert outcome.status is Status.FAILED and not outcome.permanent
 

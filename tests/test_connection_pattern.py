@@ -20,6 +20,7 @@ CONNECTION_TABLE = {
     "attributes": {"connection_id": "pk", "ttl": "expires_at"},
     "session_sort_key": "metadata",
     "connection_id_pattern": PATTERN,
+    "session_binding": False,  # these rows' grants and prefixes are not named after the connection: not the point here
 }
 
 

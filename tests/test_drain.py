@@ -133,6 +133,7 @@ def test_a_deferred_grant_of_a_table_keyed_by_its_connection_is_retired(stack: S
         attributes=AttributeNames(connection_id="pk", ttl="expires_at"),
         session_sort_key="metadata",
         ws_callback_url=stack.aws.endpoint_url,
+        session_binding=False,  # a grant not named for a session
     )
 
     body = seal(backlog_body(outcome, record, names=runtime.settings.attributes), runtime)

@@ -155,19 +155,9 @@ def test_the_connection_table_example_cleans_a_connections_session_end_to_end(
     stack.ddb.delete_item(
         TableName=stack.table, Key={"pk": {"S": f"conn#{live.connection_id}"}, "sk": {"S": "subscription#room-1"}}
     )
-    shaped = {
-        k: v
-        for k, v in shape.items()
-        if k
-        in (
-            "session_key_prefix",
-            "session_sort_key",
-            "connection_id_pattern",
-            "scratch_root",
-            "scratch_tenant_scoped",
-            "attributes",
-        )
-    }
+    shape_names = ("session_key_prefix", "session_sort_key", "connection_id_pattern", "scratch_root")
+    shape_names += ("scratch_tenant_scoped", "session_binding", "attributes")
+    shaped = {name: value for name, value in shape.items() if name in shape_names}
     runtime = stack.runtime(**shaped, cleanup_mode="enforce", ws_callback_url=gateway.callback_url)
 
     outcomes = [o for o in run_batch(read_lambda_event(stack.lambda_event()), runtime) if o.event_name == "REMOVE"]

@@ -28,10 +28,13 @@ def other_key(stack: SessionStack) -> str:
     return str(stack.kms.create_key(Description=f"another app's key, {stack.table}")["KeyMetadata"]["Arn"])
 
 
-def grant_on(stack: SessionStack, key_arn: str) -> str:
+def grant_on(stack: SessionStack, key_arn: str, session_id: str) -> str:
     return str(
         stack.kms.create_grant(
-            KeyId=key_arn, GranteePrincipal="arn:aws:iam::123456789012:role/agent", Operations=["Decrypt"]
+            KeyId=key_arn,
+            GranteePrincipal="arn:aws:iam::123456789012:role/agent",
+            Operations=["Decrypt"],
+            Name=f"session:{session_id}",
         )["GrantId"]
     )
 
@@ -42,7 +45,9 @@ def grants_of(stack: SessionStack, key_arn: str) -> set[str]:
 
 def end_session_on(stack: SessionStack, session_id: str, key_arn: str) -> dict[str, Any]:
     """A session whose item names ``key_arn`` and a grant on it; the item is then deleted."""
-    item = stack.put_session(session_id, grant=False, extra={"grantId": grant_on(stack, key_arn), "kmsKeyId": key_arn})
+    item = stack.put_session(
+        session_id, grant=False, extra={"grantId": grant_on(stack, key_arn, session_id), "kmsKeyId": key_arn}
+    )
     stack.delete(session_id)
     return item
 

@@ -84,7 +84,14 @@ CALLBACK = "https://abcdef1234.execute-api.eu-west-1.amazonaws.com/prod"
         (None, Settings(ws_callback_url=CALLBACK), CALLBACK),
         ("", Settings(ws_callback_url=CALLBACK), CALLBACK),
         (CALLBACK + "/", Settings(ws_callback_url=CALLBACK), CALLBACK + "/"),
-        ("https://zyxwvu9876.execute-api.us-east-1.amazonaws.com/dev", Settings(), None),
+        (
+            "https://zyxwvu9876.execute-api.us-east-1.amazonaws.com/dev/",
+            Settings(
+                ws_callback_url=CALLBACK,
+                allowed_callback_urls="https://zyxwvu9876.execute-api.us-east-1.amazonaws.com/dev",
+            ),
+            None,
+        ),
         (
             "https://ws.example.com/v1",
             Settings(allowed_callback_urls="https://a.test/x, https://ws.example.com/v1/"),
@@ -111,6 +118,22 @@ def test_the_callback_endpoint_is_the_configured_one_or_an_allowed_one(
 def test_an_item_cannot_send_the_workers_signed_requests_elsewhere(item_url: str) -> None:
     with pytest.raises(RefusedEndpointError, match="ALLOWED_CALLBACK_URLS"):
         callback_endpoint(item_url, Settings(ws_callback_url=CALLBACK))
+
+
+@pytest.mark.parametrize(
+    "item_url",
+    [
+        "https://zyxwvu9876.execute-api.eu-west-1.amazonaws.com/prod",  # another API
+        "https://abcdef1234.execute-api.eu-west-1.amazonaws.com/dev",  # another stage
+        "https://abcdef1234.execute-api.us-east-1.amazonaws.com/prod",  # the same id in another region
+        "https://zyxwvu9876.execute-api.us-east-1.amazonaws.com/dev",
+    ],
+)
+def test_an_execute_api_endpoint_other_than_the_configured_apis_and_stages_is_refused(item_url: str) -> None:
+    settings = Settings(ws_callback_url=CALLBACK, allowed_callback_urls="https://ws.example.com/v1")
+
+    with pytest.raises(RefusedEndpointError, match="ALLOWED_CALLBACK_URLS"):
+        callback_endpoint(item_url, settings)
 
 
 def test_a_socket_with_no_endpoint_at_all_is_a_configuration_error() -> None:

@@ -88,22 +88,23 @@ def cleaned(stack: SessionStack, item: dict[str, Any]) -> bool:
     return item["grantId"] not in stack.grant_ids() and stack.objects(item["scratchPrefix"]) == []
 
 
+HOME_API = f"https://abc123defg.execute-api.{REGION}.amazonaws.com/prod"
+
+
 @pytest.fixture(params=["key ARN", "declared attribute", "callback URL"])
 def told(request: pytest.FixtureRequest, stack: SessionStack) -> dict[str, Any]:
     """Ways an item tells its session's region: its key's ARN, a declared attribute, its socket's endpoint."""
     return {
         "key ARN": {"kmsKeyId": stack.key_arn},
         "declared attribute": {HOME_ATTRIBUTE: REGION},
-        "callback URL": {
-            "connectionId": "c-1",
-            "callbackUrl": f"https://abc123defg.execute-api.{REGION}.amazonaws.com/prod",
-        },
+        "callback URL": {"connectionId": "c-1", "callbackUrl": HOME_API},
     }[request.param]
 
 
 def test_a_record_arriving_in_the_other_region_frees_nothing(stack: SessionStack, told: dict[str, Any]) -> None:
     records, item = ended(stack, "s-1", **told)
-    elsewhere = Worker(stack, EU, attributes={"home_region": HOME_ATTRIBUTE})
+    # Each region's worker allows the other regions' APIs: an endpoint it refuses tells no region.
+    elsewhere = Worker(stack, EU, attributes={"home_region": HOME_ATTRIBUTE}, allowed_callback_urls=HOME_API)
 
     [outcome] = run_batch(records, elsewhere.runtime)
 

@@ -144,6 +144,7 @@ IAM_ACTIONS = {
     ("dynamodb", "BatchWriteItem"): {"dynamodb:BatchWriteItem"},
     ("dynamodb", "BatchGetItem"): {"dynamodb:BatchGetItem"},
     ("kms", "RetireGrant"): {"kms:RetireGrant"},
+    ("kms", "ListGrants"): {"kms:ListGrants"},  # SESSION_BINDING: the grant's name, before it is retired
     ("s3", "GetBucketVersioning"): {"s3:GetBucketVersioning"},
     ("s3", "ListObjectsV2"): {"s3:ListBucket"},
     ("s3", "ListObjectVersions"): {"s3:ListBucketVersions"},
@@ -156,7 +157,6 @@ IAM_ACTIONS = {
     ("s3", "GetObject"): set(),  # s3:GetObject, or s3:GetObjectVersion when reading by VersionId
     ("s3", "HeadObject"): set(),  # the same
     ("sqs", "ChangeMessageVisibilityBatch"): {"sqs:ChangeMessageVisibility"},
-    ("kms", "ListGrants"): {"kms:ListGrants"},
     ("dynamodb", "Scan"): {"dynamodb:Scan"},
 }
 

@@ -127,3 +127,45 @@ def test_log_lines_are_json_with_level_and_service() -> None:
         log.handlers.clear()
     line = json.loads(stream.getvalue())
     assert (line["level"], line["message"], line["k"], line["service"]) == ("INFO", "hello", 1, "session-cleanup")
+
+
+def test_with_hashed_identifiers_no_log_line_at_any_level_names_a_sessions_resources(stack: SessionStack) -> None:
+    item = stack.put_session("hashme", tenant="tenant-x", connection_id="conn-hashme=")
+    stack.delete("hashme")
+    stream = io.StringIO()
+    configure_logging(stack.settings(log_identifiers="hashed", log_level="DEBUG"), stream)
+    try:
+        run_batch(read_lambda_event(stack.lambda_event()), stack.runtime(ws_callback_url=None))
+    finally:
+        log.handlers.clear()
+
+    text = stream.getvalue()
+    for value in (item["grantId"], stack.key_arn, stack.bucket, "hashme", "tenant-x", "conn-hashme="):
+        assert value not in text
+    [remove] = [json.loads(line) for line in text.splitlines() if '"reason"' in line]
+    assert remove["tenantId"].startswith("hmac:") and remove["key"].startswith("hmac:")
+    assert remove["actions"]["grant"]["status"] == "done" and remove["actions"]["grant"]["grantId"].startswith("hmac:")
+
+
+def hashed(settings: Settings, **fields: object) -> dict[str, str]:
+    stream = io.StringIO()
+    configure_logging(settings, stream)
+    try:
+        log.info("identifiers", extra=fields)
+    finally:
+        log.handlers.clear()
+    line = json.loads(stream.getvalue())
+    return {name: line[name] for name in fields}
+
+
+def test_hashed_identifiers_are_stable_within_a_deployment_and_differ_between_deployments() -> None:
+    one = Settings(log_identifiers="hashed", session_table="sessions-a")
+
+    first, again = hashed(one, tenantId="t1", grantId="g1"), hashed(one, tenantId="t1", grantId="g1")
+    [key] = hashed(one, key={"pk": {"S": "session#s1"}}).values()
+    other = hashed(Settings(log_identifiers="hashed", session_table="sessions-b"), tenantId="t1")
+    keyed = hashed(Settings(log_identifiers="hashed", session_table="sessions-a", log_hash_key="s3cret"), tenantId="t1")
+
+    assert first == again and first["tenantId"] != first["grantId"] and key.startswith("hmac:")
+    assert len({first["tenantId"], other["tenantId"], keyed["tenantId"]}) == 3
+    assert hashed(Settings(), tenantId="t1") == {"tenantId": "t1"}  # plain, the default

@@ -85,6 +85,7 @@ CONDITIONS = {
     "HasRegistry": True,
     "HasKillSwitch": False,
     "ReconcileOtherKeys": False,
+    "BindingOn": True,
 }
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 

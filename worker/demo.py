@@ -153,7 +153,7 @@ class Demo:
         return str(stream_arn), str(key_arn)
 
     def create_sessions(self, key_arn: str, settings: Any) -> None:
-        from cleanup.expiry.write_path import create_session
+        from cleanup.expiry.write_path import create_session, create_session_grant
 
         total = sum(count for _, count in PLAN)
         progress(
@@ -166,12 +166,14 @@ class Demo:
                 tenant = f"tenant-{n % 2 + 1}"
                 prefix = f"sessions/{tenant}/{session_id}/"
                 client = self.gateway.connect()
-                grant_id = self.kms.create_grant(
-                    KeyId=key_arn,
-                    GranteePrincipal=f"arn:aws:iam::123456789012:role/agent-{session_id}",
-                    RetiringPrincipal="arn:aws:iam::123456789012:role/session-cleanup",
-                    Operations=["Decrypt"],
-                )["GrantId"]
+                grant_id = create_session_grant(
+                    self.kms,
+                    key_arn,
+                    session_id,
+                    grantee=f"arn:aws:iam::123456789012:role/agent-{session_id}",
+                    operations=["Decrypt"],
+                    retiring_principal="arn:aws:iam::123456789012:role/session-cleanup",
+                )
                 for i in range(self.objects):
                     self.s3.put_object(Bucket=self.bucket, Key=f"{prefix}scratch-{i:04d}.json", Body=b"{}")
                 # Sessions bound for TTL or the sweeper get a ttl already in the past.

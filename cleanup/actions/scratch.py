@@ -17,6 +17,9 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
+With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.guard.check_bound``,
+before anything is listed).
+
 Every page goes through ``permit`` right before it is deleted (``cleanup.fence``: the live item read afresh, after
 the record's previous destructive call): a session re-created under the same key while a long prefix was being
 deleted stops the deletion there (``NowHeldError``), and its data is kept.

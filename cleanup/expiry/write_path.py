@@ -21,7 +21,9 @@ id that follows the convention is 1 to 128 letters, digits, ``_`` or ``-`` (``SE
 SESSION_SORT_KEY: every helper takes ``key_prefix`` and ``sort_key``, None for a table without a sort key; pass the
 deployment's, or reconcile looks for the item under another key), and its scratch prefix is ``<root><id>/``
 (``<root><tenant>/<id>/`` when tenant-scoped): see
-``cleanup.expiry.convention``. ``join_room`` writes a connection's room membership in the connection registry with
+``cleanup.expiry.convention``. The grant's name and the prefix's last segment bind them to their session: with
+SESSION_BINDING on (the default) the worker frees nothing that is not bound, so ``create_session`` refuses a prefix
+that does not end in ``<id>/``. ``join_room`` writes a connection's room membership in the connection registry with
 the session's id and its join time, by which reconcile finds the memberships of a session that is gone.
 """
 
@@ -172,13 +174,22 @@ def create_session(
 ) -> dict[str, Any]:
     """Put a new session item expiring ``ttl_seconds`` from now, with its expiry bucket.
 
+    ``scratch_prefix`` is the session's own: ``<root><session_id>/`` (``<root><tenant>/<session_id>/`` when
+    tenant-scoped), bound to the session by its last segment.
+
     Returns:
         The item written, as plain values (``ttl`` an int).
 
     Raises:
+        ValueError: the scratch prefix does not end in ``<session_id>/`` (SESSION_BINDING would keep its data).
         SessionExistsError: an item already has this key; it is left as it was.
         TransientError / PermanentError: the write failed.
     """
+    if scratch_prefix.rstrip("/").rpartition("/")[2] != session_id or not scratch_prefix.endswith("/"):
+        raise ValueError(
+            f"scratch prefix {scratch_prefix!r} does not end in the session's id {session_id!r} and '/': the worker "
+            "would keep its data (SESSION_BINDING)"
+        )
     ttl = _expiry(now, ttl_seconds)
     optional = {
         names.connection_id: connection_id,

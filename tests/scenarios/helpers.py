@@ -133,7 +133,10 @@ class World:
         for key in keys:
             stack.s3.put_object(Bucket=stack.bucket, Key=key, Body=b"scratch")
         grant = stack.kms.create_grant(
-            KeyId=stack.key_arn, GranteePrincipal="arn:aws:iam::123456789012:role/agent", Operations=["Decrypt"]
+            KeyId=stack.key_arn,
+            GranteePrincipal="arn:aws:iam::123456789012:role/agent",
+            Operations=["Decrypt"],
+            Name=f"session:{sid}",  # bound to its session (SESSION_BINDING)
         )
         item: dict[str, Any] = {
             "pk": f"session#{sid}",
