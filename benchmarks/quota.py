@@ -108,7 +108,9 @@ def expiry(aws: LocalAws, gateway: LocalGateway, sessions: int, quota: float) ->
 
 
 def measure(batch: int, batch_quota: float, sessions: int, expiry_quota: float) -> list[Paced]:
-    """Both cases, each on a stack of its own."""
+    """Both cases, each on a stack of its own (the worker's log lines, a record failed on its way, go nowhere)."""
+    logging.getLogger(LOGGER_NAME).addHandler(logging.NullHandler())
+    logging.getLogger(LOGGER_NAME).propagate = False
     with LocalAws() as aws, LocalGateway() as gateway:
         aws.use()
         return [one_batch(aws, gateway, batch, batch_quota), expiry(aws, gateway, sessions, expiry_quota)]
@@ -140,8 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expiry", type=int, default=200, help="sessions of the mass expiry")
     parser.add_argument("--expiry-quota", type=float, default=3.0, help="RetireGrant a second, for the mass expiry")
     args = parser.parse_args(argv)
-    logging.getLogger(LOGGER_NAME).addHandler(logging.NullHandler())
-    logging.getLogger(LOGGER_NAME).propagate = False
     results = measure(args.batch, args.batch_quota, args.expiry, args.expiry_quota)
     print("\n".join(table(results)))
     return 0 if all(paced.clean for paced in results) else 1

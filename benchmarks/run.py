@@ -48,7 +48,7 @@ class Sizes:
 QUOTA_BATCH, QUOTA_EXPIRY = 5.0, 3.0
 FULL = Sizes(1000, 100, {1: 25, 4: 200, 16: 200, 64: 200}, 10_000, (1_000, 10_000), 10_000, 1000, 3)
 BIG_PREFIX = 100_000  # moto lists a prefix in time proportional to the bucket: 100 pages of it take ~90 s
-QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1, 100, 60)
+QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1, 40, 30)
 BEFORE = "972c24c"  # the commit before calls were shared across sessions and CPU was trimmed
 
 
