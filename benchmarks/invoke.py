@@ -13,8 +13,10 @@ import os
 import resource
 import sys
 import time
+import xml.etree.ElementTree as ET
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+from xml.sax.saxutils import escape
 
 import psutil
 
@@ -32,9 +34,31 @@ class _Raw:
 
 
 def _listing(url: str) -> str:
-    prefix = parse_qs(urlsplit(url).query).get("prefix", [""])[0]
+    """Three objects under the prefix asked, in a listing that names its bucket (one that does not cannot say what
+    is left, and the worker does not end a deletion on it)."""
+    parts = urlsplit(url)
+    bucket = parts.path.strip("/").split("/", 1)[0]  # path-style: the endpoint is a local address
+    prefix = parse_qs(parts.query).get("prefix", [""])[0]
     contents = "".join(f"<Contents><Key>{prefix}part-{n:06d}</Key><Size>7</Size></Contents>" for n in range(3))
-    return f"<ListBucketResult><IsTruncated>false</IsTruncated><KeyCount>3</KeyCount>{contents}</ListBucketResult>"
+    return (
+        f"<ListBucketResult><Name>{bucket}</Name><Prefix>{prefix}</Prefix><IsTruncated>false</IsTruncated>"
+        f"<KeyCount>3</KeyCount>{contents}</ListBucketResult>"
+    )
+
+
+def _deleted(body: bytes) -> str:
+    """A DeleteObjects answer naming every key asked as deleted (an answer that names fewer cannot say the rest went,
+    and the worker lists them and sends them again)."""
+    keys = [element.text or "" for element in ET.fromstring(body).iter() if element.tag.endswith("Key")]
+    deleted = "".join(f"<Deleted><Key>{escape(key)}</Key></Deleted>" for key in keys)
+    return f"<DeleteResult>{deleted}</DeleteResult>"
+
+
+def _no_item(body: bytes | str) -> str:
+    """A BatchGetItem answer naming every table asked, with no item under any key: every session was deleted (an
+    answer that does not name the table cannot be told from a garbled one, and the fence frees nothing on it)."""
+    tables = json.loads(body)["RequestItems"]
+    return json.dumps({"Responses": {table: [] for table in tables}, "UnprocessedKeys": {}})
 
 
 def stub_response(request: Any, event_name: str, **_: Any) -> Any:
@@ -43,14 +67,16 @@ def stub_response(request: Any, event_name: str, **_: Any) -> Any:
 
     operation = event_name.rsplit(".", 1)[-1]
     answers: dict[str, tuple[int, dict[str, str], str]] = {
-        "BatchGetItem": (200, JSON, '{"Responses": {}, "UnprocessedKeys": {}}'),
         "RetireGrant": (200, JSON, "{}"),
         "DeleteConnection": (204, {}, ""),
         "GetBucketVersioning": (200, XML, "<VersioningConfiguration/>"),
-        "DeleteObjects": (200, XML, "<DeleteResult/>"),
     }
     if operation == "ListObjectsV2":
         status, headers, body = 200, XML, _listing(request.url)
+    elif operation == "DeleteObjects":
+        status, headers, body = 200, XML, _deleted(request.body)
+    elif operation == "BatchGetItem":
+        status, headers, body = 200, JSON, _no_item(request.body)
     else:
         status, headers, body = answers[operation]
     return AWSResponse(request.url, status, HTTPHeaders.from_dict(headers), _Raw(body.encode()))

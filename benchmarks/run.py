@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from benchmarks import ceiling, cold, decoding, stubbed
+from benchmarks import ceiling, cold, decoding, quota, stubbed
 from benchmarks.baseline_sequential import SequentialHandler
 from benchmarks.latency_proxy import LatencyProxy
 from benchmarks.plot import plot
@@ -41,11 +41,14 @@ class Sizes:
     memory_batch: int
     stub_batch: int
     turns: int
+    quota_batch: int = 200  # sessions in one batch under a RetireGrant quota of QUOTA_BATCH a second
+    quota_expiry: int = 200  # sessions of a mass expiry under QUOTA_EXPIRY a second
 
 
+QUOTA_BATCH, QUOTA_EXPIRY = 5.0, 3.0
 FULL = Sizes(1000, 100, {1: 25, 4: 200, 16: 200, 64: 200}, 10_000, (1_000, 10_000), 10_000, 1000, 3)
 BIG_PREFIX = 100_000  # moto lists a prefix in time proportional to the bucket: 100 pages of it take ~90 s
-QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1)
+QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1, 40, 30)
 BEFORE = "972c24c"  # the commit before calls were shared across sessions and CPU was trimmed
 
 
@@ -149,7 +152,15 @@ def own_costs(sizes: Sizes, before: str) -> None:
     out()
 
 
-def sweep(world: World, sizes: Sizes, flat: list[Result]) -> None:
+def pacing(sizes: Sizes) -> None:
+    """Section 9: pacing under a RetireGrant quota, as ratios (``benchmarks.quota``)."""
+    results = quota.measure(sizes.quota_batch, QUOTA_BATCH, sizes.quota_expiry, QUOTA_EXPIRY)
+    out("## 9. Pacing under a request quota (the fault proxy's RetireGrant quota; moto, no latency)\n")
+    out("\n".join(quota.table(results)))
+    out()
+
+
+def sweep(world: World, sizes: Sizes, flat: list[Result], plot_to: Path) -> None:
     """Section 6: throughput against MAX_CONCURRENCY, and the plot."""
     results = []
     for level, records in sizes.sweep.items():
@@ -162,8 +173,8 @@ def sweep(world: World, sizes: Sizes, flat: list[Result]) -> None:
     for result in results:
         ideal[result.concurrency] = result.records / ideal_seconds(result, LATENCY)
         out(f"| {result.concurrency} | {result.records} | {result.per_second:.1f} | {ideal[result.concurrency]:.0f} |")
-    plot(results, flat, ideal, HERE / "throughput.png")
-    out("\nplot: benchmarks/throughput.png\n")
+    plot(results, flat, ideal, plot_to)
+    out(f"\nplot: {os.path.relpath(plot_to)}\n")
 
 
 def decode(sizes: Sizes) -> None:
@@ -218,6 +229,7 @@ def main() -> int:
         action="store_true",
         help="only sections 7 and 8 (the stub AWS, before and after)",
     )
+    parser.add_argument("--plot", type=Path, default=HERE / "throughput.png", help="where section 6's plot goes")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     if args.big:
@@ -242,10 +254,11 @@ def main() -> int:
             world.endpoints["aws_proxy"] = aws_proxy.url
             world.endpoints["gateway_proxy"] = f"{gateway_proxy.url}{gateway.path}"
             flat, _ = throughput(world, sizes)
-            sweep(world, sizes, flat)
+            sweep(world, sizes, flat, args.plot)
             decode(sizes)
             memory_and_cold_start(world, sizes)
     own_costs(sizes, args.before)
+    pacing(sizes)
     out(f"total time: {time.perf_counter() - started:.0f} s; load average at end {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -8,7 +8,9 @@ three hooks, after the worker's own pacing, so botocore's own retry path still r
   session's item is written again under its key (re-created) before this call goes out;
 * ``before-send``: a fault the script holds for this call (a 500, a throttle, or a 200 with a garbled body) is
   answered in place of the service, so nothing reaches it; otherwise the attempt is logged as sent;
-* ``after-call``: a clean BatchGetItem answer is logged as a read, with the item the table held at that moment.
+* ``after-call``: a clean BatchGetItem answer is logged as a read, with the item the answer itself carried under the
+  session table (the session may have been re-created on another thread since the table answered: what the script
+  holds now says nothing about what this answer said).
 
 ``violations`` checks the rule against the log: every destructive attempt that reached a service was preceded by a
 clean read, taken after the previous destructive attempt, whose item did not hold what the attempt destroys.
@@ -22,6 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.awsrequest import AWSResponse
 
 from cleanup.aws.clients import Clients
@@ -101,9 +104,19 @@ class ScriptedClients(Clients):
         return None
 
     def _answered(self, http_response: Any, parsed: dict[str, Any], model: Any, **_: Any) -> None:
-        if model.name == "BatchGetItem" and http_response.status_code == 200 and "Responses" in parsed:
-            with self._lock:
-                self.log.append(Event("read", "BatchGetItem", live=self.live))
+        if model.name != "BatchGetItem" or http_response.status_code != 200:
+            return
+        table = str(self._settings.session_table)
+        if table not in parsed.get("Responses", {}) or parsed.get("UnprocessedKeys"):
+            return  # not a clean answer for the session's key: the fence cannot read it as one either
+        items = [_plain(item) for item in parsed["Responses"][table]]
+        with self._lock:
+            self.log.append(Event("read", "BatchGetItem", live=items[0] if items else None))
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    deserializer = TypeDeserializer()
+    return {name: deserializer.deserialize(value) for name, value in item.items()}
 
 
 def _fault(kind: str, service: str, url: str) -> AWSResponse:

@@ -221,6 +221,29 @@ def check_the_rule(stack: SessionStack, drawn: tuple[int, str, int | None, dict[
         assert stack.objects(old["scratchPrefix"]) == [] and old["grantId"] not in stack.grant_ids()
 
 
+def test_a_read_is_judged_by_what_its_answer_carried(stack: SessionStack) -> None:
+    # The session comes back on another thread after the table answered "no item" and before the answer is handled:
+    # the calls that answer allowed were right to go, and the check must not call them violations.
+    old = stack.put_session("s1", objects=3, connection_id="conn-s1")
+    stack.delete("s1")
+    runtime = scripted_runtime(stack, Script(), None)
+    back: list[bool] = []
+
+    def back_after_the_answer(**_: Any) -> None:
+        if not back:
+            back.append(True)
+            stack.put_item(old)
+            runtime.clients.live = old  # type: ignore[attr-defined]
+
+    runtime.clients.dynamodb.meta.events.register_first("after-call.dynamodb.BatchGetItem", back_after_the_answer)
+
+    outcome = clean(stack, runtime)
+
+    log = runtime.clients.log  # type: ignore[attr-defined]
+    assert back and any(event.kind == "destroy" for event in log)  # a call went on the answer "no item"
+    assert violations(log) == [], f"{outcome.actions}"
+
+
 @given(drawn=scripts())
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_no_destructive_call_destroys_what_the_live_item_held_at_the_read_that_allowed_it(
