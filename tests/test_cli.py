@@ -24,8 +24,8 @@ def test_an_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.parametrize("command", ["replay", "sweep", "run", "check"])
 def test_a_bad_setting_is_a_configuration_error_with_exit_2(
-    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+    command: str, aws: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # aws: a region, so that the command gets as far as its settings
     monkeypatch.setenv("MAX_CONCURRENCY", "0")
     argv = {"replay": ["replay", "x.json"], "sweep": ["sweep"], "run": ["run", "--table-name", "t"], "check": ["check"]}
     assert main(argv[command]) == 2
