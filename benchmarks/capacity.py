@@ -2,7 +2,7 @@
 
     python -m benchmarks.capacity --sessions 1000000 --backlog --parallelization 4 --record-age -1   # the template
     python -m benchmarks.capacity --sessions 1000000                 # no backlog, record age 1 h (the template before)
-    python -m benchmarks.capacity --table                            # 10k to 10M, as in the README
+    python -m benchmarks.capacity --table                            # 10k to 10M, as in docs/operate.md
 
 The model itself is ``benchmarks.capacity_model`` (inputs and outputs) and ``benchmarks.capacity_sim`` (the engine).
 """
@@ -76,7 +76,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     add("--backlog", action="store_true", help="defer quota-bound work to the backlog queue")
     add("--drain-concurrency", type=int, default=backlog.concurrency, help="the backlog mapping's MaximumConcurrency")
     add("--quota-wait", type=float, default=backlog.quota_wait, help="QUOTA_WAIT_SECONDS")
-    add("--table", action="store_true", help="print the README's table (10k to 10M, defaults and recommended)")
+    add("--table", action="store_true", help="print the table in docs/operate.md (10k to 10M)")
     return parser.parse_args(argv)
 
 
@@ -106,7 +106,7 @@ def configure(args: argparse.Namespace) -> tuple[Expiry, Mapping, Worker, Quotas
 
 
 def table() -> list[str]:
-    """The README's table: bursts of 10k to 10M, without the backlog, with the template's defaults, and recommended."""
+    """The table in docs/operate.md: bursts of 10k to 10M, without the backlog, with the defaults, and recommended."""
     lines = [HEADER]
     deployments = [
         ("no backlog, record age 1 h (the template before)", Mapping(), Backlog()),

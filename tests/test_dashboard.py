@@ -1,5 +1,5 @@
 """The operator dashboard: every widget watches a metric the worker really emits, under the namespace, name and
-dimensions it is emitted with, and together they answer the questions the README says they answer.
+dimensions it is emitted with, and together they answer the questions the docs (docs/lambda.md) say they answer.
 
 What the worker emits is read from its code (every literal metric name handed to ``Metrics.count`` or
 ``Metrics.observe``, with its dimension) and the dimensions each one carries from ``cleanup.telemetry`` itself (an EMF
@@ -27,7 +27,7 @@ from schemas.settings import Settings
 from tests.test_template import source_template, transformed
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+LAMBDA_PAGE = (ROOT / "docs" / "lambda.md").read_text()
 NAMESPACE, SERVICE = "Namespace-Under-Test", "service-under-test"
 SUBSTITUTIONS = {
     "AWS::Region": "eu-west-1",
@@ -207,8 +207,8 @@ def test_both_mappings_count_their_events_and_alarm_on_what_needs_a_redrive_or_w
     assert ("OnFailureDestinationDeliveredEventCount", "CleanupFunctionSessionRemoved") in alarms
 
 
-def test_the_readme_says_what_each_widget_answers() -> None:
-    section = README[README.index("### The dashboard") :]
+def test_the_deploy_page_says_what_each_widget_answers() -> None:
+    section = LAMBDA_PAGE[LAMBDA_PAGE.index("## The dashboard") :]
     for widget in dashboard()["widgets"]:
         question = widget["properties"]["title"].split(": ", 1)[1]
         assert question in section, question

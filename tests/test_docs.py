@@ -1,7 +1,8 @@
-"""The docs' Reference pages are made from the code, and are fresh."""
+"""The docs site builds with no warning, and its Reference pages are made from the code and fresh."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -29,3 +30,16 @@ def test_every_metric_the_code_emits_is_in_the_reference() -> None:
 
     assert emitted, "the scan found no metric: its pattern no longer matches the code"
     assert emitted - {metric.name for metric in METRICS} == set()
+
+
+def test_the_site_builds_strict_every_page_in_the_nav_every_link_and_anchor_found(tmp_path: Path) -> None:
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+
+    assert build.returncode == 0, build.stderr

@@ -115,7 +115,7 @@ def test_a_message_whose_record_cannot_be_cleaned_now_is_released_not_deleted(wo
 
 
 def test_a_deferred_grant_of_a_table_keyed_by_its_connection_is_retired(stack: SessionStack) -> None:
-    # ATTR_CONNECTION_ID=pk (README, "Tables whose partition holds more than the session row"): the socket is closed,
+    # ATTR_CONNECTION_ID=pk (docs/configure.md, "A connection table"): the socket is closed,
     # the grant deferred. Cutting the done connection out of the image would cut the key: it stays, and the drain
     # retires the grant (closing the socket again answers "already closed").
     grant = stack.kms.create_grant(

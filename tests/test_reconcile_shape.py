@@ -101,7 +101,7 @@ def test_the_write_path_reads_and_touches_the_item_under_its_sort_key(env: Sessi
 def test_a_key_that_holds_something_else_than_the_session_id_is_refused_and_nothing_is_freed(
     env: SessionStack, variable: str, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The README's own example: the partition key is the connection id, so no item lies under session#<id>.
+    # The example of docs/configure.md: the partition key is the connection id, so no item lies under session#<id>.
     monkeypatch.setenv(variable, value)
     monkeypatch.setenv("SESSION_SORT_KEY", "metadata")
     live = grant(env, "live-1")

@@ -595,7 +595,7 @@ def test_the_reconciler_role_grants_exactly_what_reconcile_calls() -> None:
 
 
 def test_the_reconciler_runs_as_the_grants_retiring_principal() -> None:
-    # KMS lets only a grant's retiring principal retire it: the cleanup role, which grants name (README).
+    # KMS lets only a grant's retiring principal retire it: the cleanup role, which grants name (docs/lambda.md).
     policy = source_template()["Resources"]["ReconcilerPolicy"]
 
     assert function("worker.reconcile.handler")["Properties"]["Role"] == {"Fn::GetAtt": ["CleanupRole", "Arn"]}

@@ -287,7 +287,7 @@ def test_the_drain_reads_a_stored_record_by_version_and_may_list_where_it_is() -
         assert source_functions(statement) == [arn("DrainFunction")]
 
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+LAMBDA_PAGE = (Path(__file__).resolve().parent.parent / "docs" / "lambda.md").read_text()
 POLICIES = ("CleanupRole", "CleanSessionsPolicy", "StreamPolicy", "DrainPolicy", "ReconcilerPolicy", "SweeperRole")
 FOR = {"CleanupFunction": "stream", "DrainFunction": "drain", "ReconcilerFunction": "reconciler"}
 
@@ -312,8 +312,8 @@ def template_rows() -> set[tuple[str, str, str, frozenset[str]]]:
     return rows
 
 
-def readme_rows() -> set[tuple[str, str, str, frozenset[str]]]:
-    table = README.split("<!-- permissions:start -->")[1].split("<!-- permissions:end -->")[0]
+def documented_rows() -> set[tuple[str, str, str, frozenset[str]]]:
+    table = LAMBDA_PAGE.split("<!-- permissions:start -->")[1].split("<!-- permissions:end -->")[0]
     rows = set()
     for line in table.strip().splitlines()[2:]:
         policy, sid, who, actions, _ = (cell.strip() for cell in line.strip("|").split("|"))
@@ -321,5 +321,5 @@ def readme_rows() -> set[tuple[str, str, str, frozenset[str]]]:
     return rows
 
 
-def test_the_readmes_permissions_table_is_the_template_statement_by_statement() -> None:
-    assert readme_rows() == template_rows()
+def test_the_documented_permissions_table_is_the_template_statement_by_statement() -> None:
+    assert documented_rows() == template_rows()
