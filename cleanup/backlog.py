@@ -20,7 +20,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions import connection, grant, registry, scratch
+from cleanup.actions.api import ActionKind
+from cleanup.actions.loading import BUILT_IN, load_kinds
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.deadletter import MESSAGE_FORMAT, batches, letter, message_body, send_batch
 from cleanup.exceptions import CleanupError, MessageFormatError
@@ -32,7 +33,8 @@ from schemas.settings import AttributeNames, CleanupMode
 if TYPE_CHECKING:
     from cleanup.runtime import Runtime
 
-ACTIONS = (connection.ACTION, grant.ACTION, scratch.ACTION, registry.ACTION)
+ACTIONS = tuple(BUILT_IN)
+"""The built-in actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
 
 
 def defer(
@@ -54,7 +56,9 @@ def defer(
         return outcomes
     letters = []
     for index in pending:
-        body = backlog_body(outcomes[index], records[index], names=runtime.settings.attributes)
+        body = backlog_body(
+            outcomes[index], records[index], names=runtime.settings.attributes, actions=_names(runtime.kind_classes)
+        )
         if deadline.remaining() > 0 and (made := letter(index, body, runtime, limit, deadline)):
             letters.append(made)
     result = list(outcomes)
@@ -70,11 +74,19 @@ def _deferrable(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> bo
     return outcome.failed and not outcome.permanent and isinstance(record, StreamRecord)
 
 
+def _names(kinds: Sequence[type[ActionKind]]) -> tuple[str, ...]:
+    return tuple(kind.name for kind in kinds)
+
+
 def backlog_body(
-    outcome: Outcome, record: StreamRecord | UnreadableRecord, *, names: AttributeNames | None = None
+    outcome: Outcome,
+    record: StreamRecord | UnreadableRecord,
+    *,
+    names: AttributeNames | None = None,
+    actions: Sequence[str] = ACTIONS,
 ) -> str:
-    """The (untagged) dead-letter message of the record, with ``remaining``: the actions not done (all, when none
-    ran).
+    """The (untagged) dead-letter message of the record, with ``remaining``: the actions not done (all ``actions``,
+    when none ran).
 
     A step "kept" in a failed record is left too: the fence may have stopped it (the session came back while it was
     cleaned), and its next run reads the live item again, keeping it if it is still held.
@@ -82,7 +94,7 @@ def backlog_body(
     message = json.loads(message_body(outcome, record, names=names))
     done = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
     left = [action.action for action in outcome.actions if action.status not in done]
-    message["remaining"] = left or list(ACTIONS)
+    message["remaining"] = left or list(actions)
     return json.dumps(message, default=str)
 
 
@@ -101,35 +113,39 @@ def load_message(body: str) -> dict[str, Any]:
     return message
 
 
-def remaining_actions(message: dict[str, Any]) -> list[str]:
-    """The actions a backlog message has left, each one this worker knows.
+def remaining_actions(message: dict[str, Any], known: Sequence[str] = ACTIONS) -> list[str]:
+    """The actions a backlog message has left, each one this worker knows (``known``: its ACTIONS).
 
     Raises:
         MessageFormatError: none, or one that is not an action's name (whatever its JSON type).
     """
     remaining = message.get("remaining")
-    if not isinstance(remaining, list) or not remaining or not all(name in ACTIONS for name in remaining):
+    if not isinstance(remaining, list) or not remaining or not all(name in known for name in remaining):
         raise MessageFormatError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
     return [str(name) for name in remaining]
 
 
-def only_remaining(raw: dict[str, Any], remaining: list[str], names: AttributeNames) -> dict[str, Any]:
+def only_remaining(
+    raw: dict[str, Any], remaining: list[str], names: AttributeNames, kinds: Sequence[type[ActionKind]] | None = None
+) -> dict[str, Any]:
     """The record with its old image cut to what the actions left need, so that the done ones are not done again.
 
-    Only a DynamoDB record's ``OldImage`` is cut; any other shape is returned as it is (every action is idempotent:
-    a done one answers "already done").
+    A done kind's owned attributes are dropped, unless a kind left reads one of them (the registry's step needs the
+    connection's id: the connection's are kept while it is left). Only a DynamoDB record's ``OldImage`` is cut; any
+    other shape is returned as it is (every action is idempotent: a done one answers "already done").
     """
     image = raw.get("dynamodb", {}).get("OldImage") if isinstance(raw.get("dynamodb"), dict) else None
     if not isinstance(image, dict):
         return raw
-    done = set(ACTIONS) - set(remaining)
-    drop: list[str] = []
-    if connection.ACTION in done and registry.ACTION in done:  # the registry step needs the connection id
-        drop += [names.connection_id, names.callback_url]
-    if grant.ACTION in done:
-        drop += [names.grant_id, names.kms_key_id]
-    if scratch.ACTION in done:
-        drop.append(names.scratch_prefix)
+    kinds = kinds if kinds is not None else load_kinds(",".join(ACTIONS))
+    left = [kind for kind in kinds if kind.name in remaining]
+    needed = {field for kind in left for field in (*kind.owns, *kind.reads)}
+    drop = [
+        getattr(names, field)
+        for kind in kinds
+        if kind.name not in remaining and not needed & set(kind.owns)
+        for field in kind.owns
+    ]
     keys = raw["dynamodb"].get("Keys")
     kept = set(keys) if isinstance(keys, dict) else set()  # a key attribute (ATTR_CONNECTION_ID=pk) stays: the
     cut = copy.deepcopy(raw)  # record's Keys must still be its image's, and its action is done again, idempotently

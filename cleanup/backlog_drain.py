@@ -161,7 +161,7 @@ def _read(
     """
     body = load_message(message.body)
     verify(body, runtime, deadline)  # before anything it names is read, let alone freed
-    remaining = remaining_actions(body)
+    remaining = remaining_actions(body, [kind.name for kind in runtime.kind_classes])
     stored = None
     location = body.get("recordObject")
     if isinstance(location, dict):  # the claim-check: only DEAD_LETTER_BUCKET / PREFIX, checked by read_stored
@@ -182,7 +182,7 @@ def _read(
     raw = body.get("record")
     if not isinstance(raw, dict):
         raise CleanupError("the backlog message holds no record")
-    return read_record(only_remaining(raw, remaining, runtime.settings.attributes)), stored
+    return read_record(only_remaining(raw, remaining, runtime.settings.attributes, runtime.kind_classes)), stored
 
 
 def quarantine(bad: Sequence[tuple[Message, str]], runtime: Runtime, deadline: Deadline) -> list[Message]:

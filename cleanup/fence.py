@@ -3,7 +3,10 @@
 Every call that frees a session's resource goes through its record's ``Fence`` first (``Fence.permit``): the
 DeleteConnection that closes its socket, the RetireGrant of its grant, each page of its scratch deletion (one
 DeleteObjects, and the DeleteObject calls of the keys XML cannot carry), and each BatchWriteItem that removes its
-registry memberships. The actions take the permit as a required argument: none of them can be called without one.
+registry memberships. Each step reaches its destructive calls only through the ``Gate`` the fence makes for it
+(``guard``), which asks the permit inside the call (``cleanup.actions.api``): a kind cannot make one without it. The
+fence knows the action API, not the kinds: whether the live item holds a step's resource is the kind's
+``holding``.
 
 ``permit`` lets the call go only on a reading of the item now stored under the deleted session's key in
 SESSION_TABLE (a consistent read, shared with the other records of the batch in one BatchGetItem) that was taken
@@ -39,20 +42,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from cleanup.actions.api import ActionKind, Gate, Holding, Permit
 from cleanup.aws.coalesce import READ
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import NowHeldError, PermanentError
-from cleanup.guard import ScratchLocation
-from cleanup.race import Holding, holding
 from cleanup.telemetry import log
 from schemas.session import Session
 
+__all__ = ["Fence", "Launch", "Permit", "Reader", "Reading", "incomparable_prefix"]
+
 Reader = Callable[[Deadline, str | None], Session | None]
 """Reads the item now stored under the deleted session's key (``then``: the stage the thread heads to next)."""
-
-Permit = Callable[[Deadline], None]
-"""Asked right before a destructive call: returns to let it go, raises to keep the resource."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,9 @@ Launch = Callable[[Reading], None]
 class Fence:
     """One record's gate in front of its destructive calls (see the module's docstring for the rule)."""
 
-    def __init__(self, read: Reader | None, bucket: str) -> None:
-        """``read``: the live item's reader, None when the race check is turned off; ``bucket``: SCRATCH_BUCKET, the
-        bucket a bare key prefix of the live item lies in."""
+    def __init__(self, read: Reader | None) -> None:
+        """``read``: the live item's reader, None when the race check is turned off."""
         self._read = read
-        self._bucket = bucket
         self._lock = threading.RLock()  # a record's steps issued together ask from several threads
         self._fresh: Reading | None = None
         self._first: Reading | None = None
@@ -85,19 +85,20 @@ class Fence:
         self.stopped: str | None = None
         """Why the record's remaining steps were stopped (a reading differed from the first), or None."""
 
-    def guard(self, action: str, resource: str, location: ScratchLocation | None = None, then: str = READ) -> Permit:
-        """The permit of one step's destructive calls. ``then``: where the thread heads once the read is answered
-        (the next stage it shares with the batch: a deletion, or its next read)."""
+    def guard(self, kind: ActionKind, resource: str, location: Any = None, then: str = READ) -> Gate:
+        """The gate of one step's destructive calls, which asks the permit inside each call. ``then``: where the
+        thread heads once the read is answered (the next stage it shares with the batch: a deletion, or its next
+        read)."""
 
         def permit(deadline: Deadline) -> None:
             with self._lock:
-                once = self._once.pop(action, None)
+                once = self._once.pop(kind.name, None)
             if once is not None:  # issued together with the call that took this reading
-                self._allow(action, resource, location, once)
+                self._allow(kind, resource, location, once)
                 return
-            self.permit(action, resource, location, deadline, then)
+            self.permit(kind, resource, location, deadline, then)
 
-        return permit
+        return Gate(permit)
 
     def on_next_permit(self, launch: Launch | None) -> None:
         """Call ``launch`` with the reading that allows the next destructive call, right before it is made: what it
@@ -112,14 +113,12 @@ class Fence:
             self._once[action] = reading
         log.debug("fence permit", extra={"fenceReading": reading.number, "action": action, "together": True})
 
-    def permit(
-        self, action: str, resource: str, location: ScratchLocation | None, deadline: Deadline, then: str | None
-    ) -> None:
+    def permit(self, kind: ActionKind, resource: str, location: Any, deadline: Deadline, then: str | None) -> None:
         """Return to let one destructive call on ``resource`` go; raise to keep it.
 
         Raises:
             NowHeldError: the live item holds the resource, or the record was stopped (``stopped``).
-            PermanentError: the live item's scratch prefix cannot be compared with ``location``.
+            PermanentError: the kind cannot tell whether the live item holds the resource (``ActionKind.unknown``).
             TransientError / PermanentError: the read failed, or its answer could not be understood.
         """
         if self._read is None:
@@ -130,23 +129,25 @@ class Fence:
             self.reading(deadline, then)
             reading = self._fresh
             assert reading is not None
-            self._allow(action, resource, location, reading)
-            log.debug("fence permit", extra={"fenceReading": reading.number, "action": action})
+            self._allow(kind, resource, location, reading)
+            log.debug("fence permit", extra={"fenceReading": reading.number, "action": kind.name})
             self._fresh = None  # the call it allows is now the record's latest destructive call
             launch, self._launch = self._launch, None
         if launch is not None:
             launch(reading)
 
-    def _allow(self, action: str, resource: str, location: ScratchLocation | None, reading: Reading) -> None:
+    def _allow(self, kind: ActionKind, resource: str, location: Any, reading: Reading) -> None:
         if self.stopped is not None:
             raise NowHeldError(f"not attempted: {self.stopped}")
-        held = holding(action, resource, reading.live, old=location, bucket=self._bucket)
+        if reading.live is None:
+            return
+        held = kind.holding(resource, reading.live, location)
         if held is Holding.HELD:
-            raise NowHeldError(f"the live session under the same key holds this {action}: kept")
-        if held is Holding.UNKNOWN and reading.live is not None:
-            raise incomparable_prefix(resource, reading.live.scratch_prefix)
+            raise NowHeldError(f"the live session under the same key holds this {kind.name}: kept")
+        if held is Holding.UNKNOWN:
+            raise kind.unknown(resource, reading.live)
 
-    def verdict(self, action: str, resource: str, location: ScratchLocation | None, deadline: Deadline) -> Holding:
+    def verdict(self, kind: ActionKind, resource: str, location: Any, deadline: Deadline) -> Holding:
         """Whether the live item holds ``resource`` (a dry run's plan: reads once, allows nothing)."""
         if self._read is None:
             return Holding.FREE
@@ -154,7 +155,7 @@ class Fence:
             live = self.reading(deadline, READ)
         if live is None:
             return Holding.FREE
-        return holding(action, resource, live, old=location, bucket=self._bucket)
+        return kind.holding(resource, live, location)
 
     def reading(self, deadline: Deadline, then: str | None) -> Session | None:
         """The fresh reading, read now if there is none; compared with the record's first."""
@@ -174,10 +175,15 @@ class Fence:
                 )
             return self._fresh.live
 
+    def live(self) -> Session | None:
+        """The latest reading's live item (for messages)."""
+        reading = self._fresh or self._first
+        return reading.live if reading is not None else None
+
     def live_prefix(self) -> str | None:
         """The scratch prefix of the latest reading's live item (for messages)."""
-        reading = self._fresh or self._first
-        return reading.live.scratch_prefix if reading is not None and reading.live is not None else None
+        live = self.live()
+        return live.scratch_prefix if live is not None else None
 
     def stale(self) -> None:
         """After a failure or before a retry: the next destructive call reads again."""

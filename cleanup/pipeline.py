@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 
-from cleanup.actions import connection, grant, scratch
 from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
 from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
@@ -168,7 +167,7 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
         if decision.elsewhere is not None:  # a worker per region of a global table: that region cleans it
             runtime.metrics.count("SessionsElsewhere", "Region", decision.elsewhere)
         return _outcome(record, decision, Status.SKIPPED)
-    fence = Fence(_reader(record, runtime, calls), runtime.settings.scratch_bucket or "")
+    fence = Fence(_reader(record, runtime, calls))
     steps = plan(decision.session, runtime, fence, calls)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
     done = _act(steps, runtime, deadline, fence, dry_run=dry_run)
@@ -188,22 +187,19 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     )
 
 
-TOGETHER = (connection.ACTION, grant.ACTION)
-"""Steps whose first calls go out together, on one read."""
-
-
 def _act(
     steps: list[Step], runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool
 ) -> dict[int, ActionResult]:
     """Each step's result, by ``id(step)``.
 
-    The scratch data goes first (a user back while the grant is retired, seconds under a KMS quota, finds a
-    re-created session's data whole), each page on a read of its own. Then the socket and the grant are freed
-    together on one read, the grant beside the socket (``Runtime.side_executor``), as the fence allows for calls
-    issued together; then the memberships. Whatever follows a destructive call, or retries a step, reads again.
+    Steps go by their kind's ``phase``. The scratch data goes first (a user back while the grant is retired,
+    seconds under a KMS quota, finds a re-created session's data whole), each page on a read of its own. Then the
+    ``together`` kinds, the socket and the grant, are freed together on one read, the grant beside the socket
+    (``Runtime.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
+    Whatever follows a destructive call, or retries a step, reads again.
     A dry run plans the steps one after another.
     """
-    ordered = sorted(steps, key=lambda step: (step.action != scratch.ACTION, step.action not in TOGETHER))
+    ordered = sorted(steps, key=lambda step: step.kind.phase)
     for step in [] if dry_run else steps:
         if step.prepare is not None:
             step.prepare(deadline)  # a grant's name, read beside the first calls (``cleanup.actions.grant``)
@@ -212,7 +208,7 @@ def _act(
 
     def launch(reading: Reading) -> None:
         for step in ordered:
-            if step.action in TOGETHER and step.run is not None and id(step) not in started | beside.keys():
+            if step.kind.together and step.run is not None and id(step) not in started | beside.keys():
                 fence.allow_once(step.action, reading)
                 beside[id(step)] = runtime.side_executor.submit(execute, step, runtime, deadline, fence)
 
@@ -220,8 +216,8 @@ def _act(
     for step in ordered:
         if id(step) in beside:
             continue
-        if step.action in TOGETHER and not dry_run:
-            fence.on_next_permit(launch)  # this step's first call takes the others of TOGETHER along
+        if step.kind.together and not dry_run:
+            fence.on_next_permit(launch)  # this step's first call takes the other ``together`` kinds' along
         started.add(id(step))
         done[id(step)] = execute(step, runtime, deadline, fence, dry_run=dry_run)
         fence.on_next_permit(None)

@@ -25,11 +25,10 @@ import random
 import time
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from cleanup.actions import connection, grant, registry, scratch
+from cleanup.actions.api import Holding as Holding  # the race rule's verdict, defined by the action API
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Part
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
@@ -43,14 +42,6 @@ from schemas.settings import AttributeNames
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import KeysAndAttributesTypeDef
-
-
-class Holding(Enum):
-    """Whether the live item still holds a step's resource."""
-
-    FREE = "free"  # no live item, or it holds something else: go ahead
-    HELD = "held"  # the live session uses it: keep it
-    UNKNOWN = "unknown"  # the live item's value cannot be compared: keep it, and report the step
 
 
 BATCH_KEYS = 100  # BatchGetItem's limit
@@ -209,31 +200,6 @@ def client_keys(keys: dict[str, Any]) -> dict[str, Any]:
             value = {"B": base64.b64decode(value["B"])}
         converted[name] = value
     return converted
-
-
-def holding(action: str, resource: str, live: Session | None, *, old: ScratchLocation | None, bucket: str) -> Holding:
-    """Whether ``live`` (the item now under the deleted one's key) still holds ``resource``.
-
-    Args:
-        action: the step's action (connection, registry, grant or scratch).
-        resource: the connection id or grant id (scratch steps are compared by ``old``).
-        live: the live item, or None when there is none.
-        old: where the scratch step would delete, as the guard resolved it.
-        bucket: SCRATCH_BUCKET, the bucket a bare key prefix of the live item lies in.
-    """
-    if live is None:
-        return Holding.FREE
-    if action == scratch.ACTION:
-        if live.scratch_prefix is None or old is None:
-            return Holding.FREE
-        return scratch_holding(old, live.scratch_prefix, bucket)
-    # The registry's memberships belong to the connection: a live session still on it keeps them too.
-    held = {
-        connection.ACTION: live.connection_id,
-        registry.ACTION: live.connection_id,
-        grant.ACTION: live.grant_id,
-    }.get(action)
-    return Holding.HELD if held is not None and held == resource else Holding.FREE
 
 
 def scratch_holding(old: ScratchLocation, live_prefix: str, bucket: str) -> Holding:

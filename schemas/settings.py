@@ -99,6 +99,25 @@ class AttributeNames(BaseSettings):
         return (self.connection_id, self.scratch_prefix, self.grant_id)
 
 
+class ActionSettings(BaseSettings):
+    """Which action kinds run (read apart from ``Settings``: its names are checked when the runtime starts, against
+    the installed kinds, by ``cleanup.actions.loading``)."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    actions: str = "connection,grant,scratch,registry"
+    """ACTIONS: the action kinds to run, comma-separated, in order: the built-ins, and any installed through the
+    ``session_cleanup.actions`` entry points. An unknown name is refused at start."""
+
+    @field_validator("actions")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",")]
+        if not all(re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", name) for name in names):
+            raise ValueError(f"expected comma-separated action names, got {value[:200]!r}")
+        return ",".join(names)
+
+
 class Settings(BaseSettings):
     """Everything the worker is configured with. Field docs give the environment variable in capitals."""
 
