@@ -131,8 +131,10 @@ def only_remaining(
     """The record with its old image cut to what the actions left need, so that the done ones are not done again.
 
     A done kind's owned attributes are dropped, unless a kind left reads one of them (the registry's step needs the
-    connection's id: the connection's are kept while it is left). Only a DynamoDB record's ``OldImage`` is cut; any
-    other shape is returned as it is (every action is idempotent: a done one answers "already done").
+    connection's id: the connection's are kept while it is left). Only a DynamoDB record's ``OldImage`` is cut, and
+    only while it keeps a session attribute (a kind left that owns none, as one freeing other rows of the partition,
+    still needs the record to be a session's); any other record is returned as it is (every action is idempotent: a
+    done one answers "already done").
     """
     image = raw.get("dynamodb", {}).get("OldImage") if isinstance(raw.get("dynamodb"), dict) else None
     if not isinstance(image, dict):
@@ -152,4 +154,6 @@ def only_remaining(
     for name in drop:
         if name not in kept:
             cut["dynamodb"]["OldImage"].pop(name, None)
+    if not any(name in cut["dynamodb"]["OldImage"] for name in names.resources):
+        return raw  # cut to no session attribute, the record would no longer be a session's: done ones answer "done"
     return cut

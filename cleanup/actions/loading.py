@@ -86,7 +86,8 @@ def instances(kinds: Sequence[type[ActionKind]], settings: Settings) -> tuple[Ac
         for owned in kind.owns:
             attribute = getattr(settings.attributes, owned)
             if spelt.setdefault(attribute, kind.name) != kind.name:
-                raise _refused(f"action {kind.name!r}: owns attribute {attribute!r}, already {spelt[attribute]!r}'s")
+                why = f"owns attribute {attribute!r}, already {spelt[attribute]!r}'s (ATTR_*)"
+                raise _refused(f"action {kind.name!r}: {why}")
     return tuple(kind(settings) for kind in kinds)
 
 
