@@ -21,21 +21,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar
 
-from cleanup.aws.coalesce import READ
+from cleanup.aws.clients import Clients
+from cleanup.aws.coalesce import READ, Coalescer
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import PermanentError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 from schemas.settings import Settings
-
-if TYPE_CHECKING:
-    from cleanup.aws.batch_calls import BatchCalls
-    from cleanup.fence import Fence
-    from cleanup.runtime import Runtime
 
 API_VERSION = 1
 """The API's major version: a kind declaring another one is refused at start."""
@@ -95,13 +92,39 @@ class Step:
     kind: ActionKind = field(kw_only=True)  # whose step: how the fence tells whether the live item holds it
 
 
+class Host(Protocol):
+    """What a kind may use of the process's runtime (``cleanup.runtime.Runtime``)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def clients(self) -> Clients: ...
+    @property
+    def side_executor(self) -> Executor: ...
+    def is_versioned(self, bucket: str, deadline: Deadline | None = None) -> bool: ...
+    def table_keys(self, table: str, deadline: Deadline | None = None) -> tuple[str, ...]: ...
+
+
+class Guard(Protocol):
+    """What a kind may use of its record's fence (``cleanup.fence.Fence``)."""
+
+    def guard(self, kind: ActionKind, resource: str, location: Any = None, then: str = READ) -> Gate: ...
+    def stale(self) -> None: ...
+
+
+class Shared(Protocol):
+    """The batch's shared calls (``cleanup.aws.batch_calls.BatchCalls``)."""
+
+    def deleter(self, bucket: str) -> Coalescer[Any, int]: ...
+
+
 @dataclass(frozen=True)
 class Context:
     """What a kind plans with: the process's runtime, the record's fence, and the batch's shared calls."""
 
-    runtime: Runtime
-    fence: Fence
-    calls: BatchCalls | None = None
+    runtime: Host
+    fence: Guard
+    calls: Shared | None = None
 
 
 class ActionKind(ABC):

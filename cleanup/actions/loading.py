@@ -1,6 +1,6 @@
 """Which action kinds a process runs: ACTIONS, in its order, checked at start.
 
-The four built-ins are named here; any other kind is found through the entry-point group ``session_cleanup.actions``
+The four built-ins are imported here; any other kind is found through the entry-point group ``session_cleanup.actions``
 (``name = "package.module:Class"``), or registered in code with ``register`` (under the same checks). Only the names
 ACTIONS enables are imported, and the group is scanned only when it names a kind that is not built in. A kind is
 refused, with one line naming it, when:
@@ -19,16 +19,15 @@ from functools import cache
 from importlib.metadata import entry_points
 
 from cleanup.actions.api import API_VERSION, ActionKind
+from cleanup.actions.connection import Connection
+from cleanup.actions.grant import Grant
+from cleanup.actions.registry import Membership
+from cleanup.actions.scratch import Scratch
 from cleanup.exceptions import ConfigurationError
 from schemas.settings import AttributeNames, Settings
 
 GROUP = "session_cleanup.actions"
-BUILT_IN = {
-    "connection": "cleanup.actions.connection:Connection",
-    "grant": "cleanup.actions.grant:Grant",
-    "scratch": "cleanup.actions.scratch:Scratch",
-    "registry": "cleanup.actions.registry:Membership",
-}
+BUILT_IN: dict[str, type[ActionKind]] = {kind.name: kind for kind in (Connection, Grant, Scratch, Membership)}
 DEFAULT = ",".join(BUILT_IN)
 
 _registered: dict[str, type[ActionKind]] = {}
@@ -93,7 +92,7 @@ def instances(kinds: Sequence[type[ActionKind]], settings: Settings) -> tuple[Ac
 
 def _load(name: str) -> type[ActionKind]:
     if name in BUILT_IN:
-        return _target(name, BUILT_IN[name])
+        return BUILT_IN[name]
     if name in _registered:
         return _registered[name]
     targets = _entry_points().get(name, set())
