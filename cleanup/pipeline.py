@@ -55,8 +55,8 @@ def run_batch(
         runtime: the process's runtime.
         deadline: when the batch must be answered by.
         attempts: how many times each record has now been tried (in its dead-letter message; once when not given).
-        give_up: for consumers that retry in place (``cleanup.inplace``): which failed records to dead-letter now,
-            permanent or not. Without it (Lambda, whose own retries come later) every permanent failure, at once.
+        give_up: for consumers that retry in place (``cleanup.retry_in_place``): which failed records to dead-letter
+            now, permanent or not. Without it (Lambda, whose own retries come later) every permanent failure, at once.
         backlog: whether transient failures go to BACKLOG_QUEUE_URL (when set); False for the backlog's own drain.
         held: why nothing may be cleaned now (the kill switch's pause): every session record then fails, untouched,
             and goes to the backlog with all its actions left; the others are skipped as always.

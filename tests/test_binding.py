@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.expiry.write_path import create_session
+from cleanup.application_contract import create_session
 from cleanup.pipeline import run_batch
 from schemas.outcomes import ActionResult, ActionStatus, Status
 from schemas.records import read_lambda_event
