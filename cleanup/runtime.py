@@ -70,12 +70,14 @@ class Runtime:
         environment variable and why), and the error raised carries the same single line, not pydantic's dump.
 
         Raises:
-            ConfigurationError: a setting in the environment is invalid.
+            ConfigurationError: a setting in the environment is invalid, or ACTIONS enables a kind that is refused.
         """
         try:
             return cls.from_env()
         except ValidationError as exc:
             error = configuration_error(exc)
+        except ConfigurationError as exc:  # ACTIONS names a kind that is unknown or refused
+            error = exc
         configure_logging(Settings.model_construct())  # the defaults: the environment's settings are what failed
         log.error(str(error), extra={"variables": error.problems})
         raise error

@@ -30,8 +30,10 @@ from tests.action_rows import PartitionRows, Swallowing
 from tests.queues import on_queue, send
 from tests.schedule import Script, violations
 from tests.stack import SessionStack, client
+from tests.test_configuration import bad_env, in_lambda  # noqa: F401 - fixtures
 from tests.test_drain import drain
 from tests.test_fence import clean, recreated, scripted_runtime, scripts
+from worker import lambda_handler
 
 BUILT_IN = "connection,grant,scratch,registry"
 
@@ -256,3 +258,25 @@ def test_the_old_module_names_are_the_new_modules_for_a_release() -> None:
         assert importlib.import_module("cleanup.inplace") is importlib.import_module("cleanup.retry_in_place")
         old = importlib.import_module("cleanup.expiry.write_path")
         assert old is importlib.import_module("cleanup.application_contract")
+
+
+@pytest.mark.usefixtures("in_lambda")
+def test_a_lambda_with_an_unknown_action_fails_with_one_json_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stack: SessionStack
+) -> None:
+    monkeypatch.setenv("SESSION_TABLE", stack.table)
+    monkeypatch.setenv("ACTIONS", f"{BUILT_IN},my-kind")
+
+    with pytest.raises(ConfigurationError) as failed:
+        lambda_handler.handler({"Records": []}, None)
+
+    [line] = capsys.readouterr().out.splitlines()
+    logged = json.loads(line)
+    assert logged["level"] == "ERROR" and logged["message"] == str(failed.value)
+    assert logged["variables"] == {
+        "ACTIONS": "unknown action 'my-kind' (installed: connection, grant, registry, scratch)"
+    }
+    assert not lambda_handler.warm.ready
+
+    monkeypatch.setenv("ACTIONS", BUILT_IN)  # fixed: the next invocation reads the environment again
+    assert lambda_handler.handler({"Records": []}, None) == {"batchItemFailures": []}
