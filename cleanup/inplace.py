@@ -1,4 +1,4 @@
-"""The old name of ``cleanup.retry_in_place``, kept for one release: deprecated, import ``cleanup.retry_in_place``.
+"""Deprecated old name of ``cleanup.core.retry_in_place``, kept for one release.
 
 It is the same module object under both names, so that what is set on one is seen through the other.
 """
@@ -6,8 +6,8 @@ It is the same module object under both names, so that what is set on one is see
 import sys
 import warnings
 
-from cleanup import retry_in_place
-from cleanup.retry_in_place import *  # noqa: F403 - the names, for type checkers
+from cleanup.core import retry_in_place
+from cleanup.core.retry_in_place import *  # noqa: F403 - the names, for type checkers
 
-warnings.warn("cleanup.inplace is deprecated: import cleanup.retry_in_place", DeprecationWarning, stacklevel=2)
+warnings.warn("cleanup.inplace is deprecated: import cleanup.core.retry_in_place", DeprecationWarning, stacklevel=2)
 sys.modules[__name__] = retry_in_place

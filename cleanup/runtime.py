@@ -159,8 +159,8 @@ class Runtime:
 
     @property
     def side_executor(self) -> ThreadPoolExecutor:
-        """The pool a record's calls issued together run on beside its own thread (``cleanup.fence``: a socket and a
-        grant freed with the scratch data's first page, on one read). Apart from ``executor``, whose threads wait
+        """The pool a record's calls issued together run on beside its own thread (``cleanup.core.fence``: a socket and
+        a grant freed with the scratch data's first page, on one read). Apart from ``executor``, whose threads wait
         for them."""
         with self._lock:
             if self._side is None:

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 
 from cleanup.actions import loading
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
-from cleanup.backlog import backlog_body
-from cleanup.deadletter import message_body
+from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import ConfigurationError, NowHeldError
-from cleanup.integrity import seal
 from cleanup.operations.redrive import redrive
-from cleanup.pipeline import run_batch
+from cleanup.queues.backlog import backlog_body
+from cleanup.queues.deadletter import message_body
+from cleanup.queues.integrity import seal
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, read_lambda_event, read_record
 from schemas.session import Session
@@ -255,7 +255,7 @@ def test_a_dead_lettered_record_is_redriven_with_the_plugins_work(stack: Session
 def test_the_old_module_names_are_the_new_modules_for_a_release() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        assert importlib.import_module("cleanup.inplace") is importlib.import_module("cleanup.retry_in_place")
+        assert importlib.import_module("cleanup.inplace") is importlib.import_module("cleanup.core.retry_in_place")
         old = importlib.import_module("cleanup.expiry.write_path")
         assert old is importlib.import_module("cleanup.application_contract")
 

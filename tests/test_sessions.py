@@ -15,7 +15,7 @@ from cleanup.application_contract import (
     session_key,
     touch_session,
 )
-from cleanup.classify import classify
+from cleanup.core.classify import classify
 from cleanup.exceptions import SessionExistsError
 from schemas.outcomes import Reason
 from schemas.records import read_lambda_event

@@ -13,8 +13,8 @@ A kind (``ActionKind``) declares, without any I/O:
 
 A step reaches a destructive call only through its ``Gate``, made by the record's fence: ``Gate.call`` asks the
 fence's permit and only then makes the call, so a kind that catches every exception around it still frees nothing
-without a permit. The host (``cleanup.plan`` and ``cleanup.pipeline``) orders the steps, classifies what they return
-or raise, and keeps the logs, metrics and message formats.
+without a permit. The host (``cleanup.core.plan`` and ``cleanup.core.pipeline``) orders the steps, classifies what they
+return or raise, and keeps the logs, metrics and message formats.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Gate:
         """``method(*args, **kwargs)``, once the permit lets it; the permit's refusal is raised and nothing is called.
 
         Raises:
-            NowHeldError / PermanentError / TransientError: the permit keeps the resource (``cleanup.fence``).
+            NowHeldError / PermanentError / TransientError: the permit keeps the resource (``cleanup.core.fence``).
         """
         self._permit(deadline)
         return method(*args, **kwargs)
@@ -106,7 +106,7 @@ class Host(Protocol):
 
 
 class Guard(Protocol):
-    """What a kind may use of its record's fence (``cleanup.fence.Fence``)."""
+    """What a kind may use of its record's fence (``cleanup.core.fence.Fence``)."""
 
     def guard(self, kind: ActionKind, resource: str, location: Any = None, then: str = READ) -> Gate: ...
     def stale(self) -> None: ...

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
+from cleanup.core.guard import callback_endpoint, execute_api_region
+from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.exceptions import PermanentError
-from cleanup.guard import callback_endpoint, execute_api_region
-from cleanup.guard import connection_id as connection_id_of
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 
@@ -28,7 +28,7 @@ def close_connection(
     *,
     permit: Permit | Gate,
 ) -> ActionStatus:
-    """Close ``connection_id``, once ``permit`` lets it (``cleanup.fence``). A connection that is already gone (410
+    """Close ``connection_id``, once ``permit`` lets it (``cleanup.core.fence``). A connection that is already gone (410
     GoneException) counts as closed.
 
     Raises:

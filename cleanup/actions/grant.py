@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
+from cleanup.core.guard import grant_key, session_id
 from cleanup.exceptions import PermanentError, TransientError, UnboundResourceError
 from cleanup.expiry.convention import grant_name
-from cleanup.guard import grant_key, session_id
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 
@@ -43,8 +43,8 @@ def retire_grant(
     permit: Permit | Gate,
     name: NameCheck | None = None,
 ) -> ActionStatus:
-    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.fence``), and, given ``name``, only if the
-    grant is bound to its session. A grant that is not found (already retired or revoked) counts as retired.
+    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.core.fence``), and, given ``name``, only if
+    the grant is bound to its session. A grant that is not found (already retired or revoked) counts as retired.
 
     Raises:
         NowHeldError: ``permit`` keeps the grant (a live session holds it).

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
+from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError
-from cleanup.guard import connection_id as connection_id_of
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 
@@ -83,7 +83,7 @@ def prune(
     max_wait: float = 2.0,
 ) -> Pruned:
     """Delete every membership of ``connection_id`` the index knows; each BatchWriteItem (a re-send of unprocessed
-    items too) once ``permit`` lets it (``cleanup.fence``).
+    items too) once ``permit`` lets it (``cleanup.core.fence``).
 
     Raises:
         NowHeldError: ``permit`` keeps the memberships (a live session holds the connection).

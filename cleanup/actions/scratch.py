@@ -17,10 +17,10 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.guard.check_bound``,
+With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.core.guard.check_bound``,
 before anything is listed).
 
-Every page goes through ``permit`` right before it is deleted (``cleanup.fence``: the live item read afresh, after
+Every page goes through ``permit`` right before it is deleted (``cleanup.core.fence``: the live item read afresh, after
 the record's previous destructive call): a session re-created under the same key while a long prefix was being
 deleted stops the deletion there (``NowHeldError``), and its data is kept.
 """
@@ -38,10 +38,10 @@ from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Coalescer, Part
 from cleanup.aws.retry import Deadline
+from cleanup.core.fence import incomparable_prefix
+from cleanup.core.guard import ScratchLocation, check_bound, resolve_prefix, session_id
+from cleanup.core.race import scratch_holding
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
-from cleanup.fence import incomparable_prefix
-from cleanup.guard import ScratchLocation, check_bound, resolve_prefix, session_id
-from cleanup.race import scratch_holding
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 

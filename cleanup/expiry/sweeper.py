@@ -31,7 +31,7 @@ from cleanup.application_contract import expiry_buckets
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.classify import not_a_session_key
+from cleanup.core.classify import not_a_session_key
 from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError, PermanentError
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log

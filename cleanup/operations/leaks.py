@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions import grant, registry, scratch
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
+from cleanup.core.guard import ScratchLocation, resolve_prefix
 from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
 from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
-from cleanup.guard import ScratchLocation, resolve_prefix
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed
   API Gateway's two-hour cap on a connection). A session's grant is created before its item is written, so the
   grace is what keeps the grant of a session being created: the settings refuse one below
   RECONCILE_GRACE_FLOOR_SECONDS;
-* the one rule (``cleanup.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
+* the one rule (``cleanup.core.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
   before each BatchWriteItem of memberships, the item is read again and must still be not live (nor hold the
   membership's connection). A session re-created in between stops it: the resource is kept.
 
@@ -43,11 +43,11 @@ from cleanup.actions import grant, registry, scratch
 from cleanup.actions.api import ActionKind, Gate
 from cleanup.aws.coalesce import Part
 from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.core.fence import Fence, Reader
+from cleanup.core.race import BATCH_KEYS, read_live_items
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
-from cleanup.fence import Fence, Reader
 from cleanup.operations import leaks
 from cleanup.operations.leaks import Found
-from cleanup.race import BATCH_KEYS, read_live_items
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cleanup.core.retry_in_place import Backoff, InPlaceBatch, consumes
 from cleanup.exceptions import LeaseLostError, StopRequested, StreamNotFoundError, TransientError
 from cleanup.operations.killswitch import Mode
-from cleanup.retry_in_place import Backoff, InPlaceBatch, consumes
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints

@@ -31,7 +31,7 @@ from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
 from cleanup.aws.retry import Deadline
-from cleanup.pipeline import Incoming, run_batch
+from cleanup.core.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
