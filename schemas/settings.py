@@ -118,6 +118,33 @@ class ActionSettings(BaseSettings):
         return ",".join(names)
 
 
+class HttpCloseSettings(BaseSettings):
+    """The ``http-close`` action's settings: the application's own gateway, where a session's socket is closed."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    close_url: str | None = None
+    """CLOSE_URL: the URL that closes a connection, a template with ``{connectionId}`` (HTTPS, or HTTP on loopback)."""
+    close_method: str = "DELETE"
+    """CLOSE_METHOD: the HTTP method of the close call."""
+    allowed_close_hosts: str = ""
+    """ALLOWED_CLOSE_HOSTS: comma-separated hosts CLOSE_URL may name; any other is refused."""
+
+    @field_validator("close_url")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and "{connectionId}" not in value:
+            raise ValueError(f"expected a URL template with {{connectionId}}, got {value[:200]!r}")
+        return value
+
+    @field_validator("close_method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        if value.upper() not in ("DELETE", "POST", "PUT", "GET"):
+            raise ValueError(f"expected DELETE, POST, PUT or GET, got {value[:20]!r}")
+        return value.upper()
+
+
 class Settings(BaseSettings):
     """Everything the worker is configured with. Field docs give the environment variable in capitals."""
 

@@ -129,7 +129,8 @@ def test_an_unknown_action_is_refused_at_start_in_one_line(stack: SessionStack, 
         stack.runtime()
 
     assert str(refused.value) == (
-        "configuration error: ACTIONS: unknown action 'my-kind' (installed: connection, grant, registry, scratch)"
+        "configuration error: ACTIONS: unknown action 'my-kind' "
+        "(installed: connection, grant, http-close, registry, scratch)"
     )
 
 
@@ -274,7 +275,7 @@ def test_a_lambda_with_an_unknown_action_fails_with_one_json_error_line(
     logged = json.loads(line)
     assert logged["level"] == "ERROR" and logged["message"] == str(failed.value)
     assert logged["variables"] == {
-        "ACTIONS": "unknown action 'my-kind' (installed: connection, grant, registry, scratch)"
+        "ACTIONS": "unknown action 'my-kind' (installed: connection, grant, http-close, registry, scratch)"
     }
     assert not lambda_handler.warm.ready
 

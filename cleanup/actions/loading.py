@@ -21,14 +21,18 @@ from importlib.metadata import entry_points
 from cleanup.actions.api import API_VERSION, ActionKind
 from cleanup.actions.connection import Connection
 from cleanup.actions.grant import Grant
+from cleanup.actions.http_close import HttpClose
 from cleanup.actions.registry import Membership
 from cleanup.actions.scratch import Scratch
 from cleanup.exceptions import ConfigurationError
 from schemas.settings import AttributeNames, Settings
 
 GROUP = "session_cleanup.actions"
-BUILT_IN: dict[str, type[ActionKind]] = {kind.name: kind for kind in (Connection, Grant, Scratch, Membership)}
-DEFAULT = ",".join(BUILT_IN)
+DEFAULT = "connection,grant,scratch,registry"
+BUILT_IN: dict[str, type[ActionKind]] = {
+    kind.name: kind for kind in (Connection, Grant, Scratch, Membership, HttpClose)
+}
+"""The kinds the worker ships: DEFAULT's, and ``http-close`` (in place of ``connection``)."""
 
 _registered: dict[str, type[ActionKind]] = {}
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind
-from cleanup.actions.loading import BUILT_IN, load_kinds
+from cleanup.actions.loading import DEFAULT, load_kinds
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, MessageFormatError
 from cleanup.queues.deadletter import MESSAGE_FORMAT, batches, letter, message_body, send_batch
@@ -33,8 +33,8 @@ from schemas.settings import AttributeNames, CleanupMode
 if TYPE_CHECKING:
     from cleanup.runtime import Runtime
 
-ACTIONS = tuple(BUILT_IN)
-"""The built-in actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
+ACTIONS = tuple(DEFAULT.split(","))
+"""The default actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
 
 
 def defer(
