@@ -129,6 +129,9 @@ class HttpCloseSettings(BaseSettings):
     """CLOSE_METHOD: the HTTP method of the close call."""
     allowed_close_hosts: str = ""
     """ALLOWED_CLOSE_HOSTS: comma-separated hosts CLOSE_URL may name; any other is refused."""
+    close_sigv4_service: str | None = None
+    """CLOSE_SIGV4_SERVICE: sign the close call with SigV4 for this service (``execute-api`` for an API Gateway,
+    ``lambda`` for a Lambda function URL), with the worker's credentials and region; unset: unsigned."""
 
     @field_validator("close_url")
     @classmethod

@@ -3,8 +3,12 @@ against a real local gateway that tracks its open connections."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
+import botocore.session
 import pytest
 
 from cleanup.core.pipeline import run_batch
@@ -123,3 +127,38 @@ def test_http_close_and_connection_are_never_enabled_together(
 
     with pytest.raises(ConfigurationError, match="action 'http-close': owns 'connection_id', already owned by"):
         stack.runtime()
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """Answers 204 to any close call and keeps its headers."""
+
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_DELETE(self) -> None:
+        Recorder.seen.append(dict(self.headers))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def test_the_close_call_is_signed_for_the_service_it_names(
+    stack: SessionStack, own_gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("CLOSE_URL", f"http://127.0.0.1:{server.server_port}/@connections/{{connectionId}}")
+        monkeypatch.setenv("CLOSE_SIGV4_SERVICE", "execute-api")
+        stack.put_session("h6", connection_id="conn-h6")
+        stack.delete("h6")
+
+        assert closing(clean(stack)).status is ActionStatus.DONE
+    finally:
+        server.shutdown()
+        server.server_close()
+    [headers] = Recorder.seen
+    assert headers["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
+    region = botocore.session.get_session().get_config_variable("region")
+    assert f"/{region}/execute-api/aws4_request" in headers["Authorization"]  # the worker's own region

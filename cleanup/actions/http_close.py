@@ -19,6 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import botocore.session
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
 from cleanup.aws.retry import Deadline
@@ -57,10 +61,10 @@ class HttpClose(ActionKind):
         except PermanentError as exc:
             return [self.step(attribute, {"connectionId": attribute}, refusal=exc)]
         gate = self.gate(context, attribute)
-        method = self.close.close_method
+        method, service = self.close.close_method, self.close.close_sigv4_service
 
         def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-            return close_connection(gate, url, method, deadline), {}
+            return close_connection(gate, url, method, deadline, sign=service), {}
 
         return [self.step(attribute, {"connectionId": ident, "url": url}, run=run)]
 
@@ -96,8 +100,9 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def close_connection(gate: Gate, url: str, method: str, deadline: Deadline) -> ActionStatus:
+def close_connection(gate: Gate, url: str, method: str, deadline: Deadline, *, sign: str | None = None) -> ActionStatus:
     """Send the close call through ``gate``: DONE, or ALREADY_DONE when the gateway says it is gone (404, 410).
+    ``sign``: the service to sign it for with SigV4 (None: unsigned).
 
     Raises:
         NowHeldError: the permit keeps the connection.
@@ -108,7 +113,27 @@ def close_connection(gate: Gate, url: str, method: str, deadline: Deadline) -> A
     if timeout < CONNECT_TIMEOUT_SECONDS + MIN_READ_SECONDS:
         raise OutOfTimeError(f"http-close: no time left to call {url}")
     request = urllib.request.Request(url, method=method)
+    if sign is not None:
+        _sign(request, sign)
     return gate.call(deadline, _send, request, timeout)
+
+
+def _sign(request: urllib.request.Request, service: str) -> None:
+    """Add SigV4 headers for ``service``, with the process's credentials and region.
+
+    Raises:
+        PermanentError: no credentials or no region to sign with.
+    """
+    session = botocore.session.get_session()
+    credentials, region = session.get_credentials(), session.get_config_variable("region")
+    if credentials is None or not region:
+        raise PermanentError(
+            f"http-close: CLOSE_SIGV4_SERVICE={service}, but no AWS credentials or region to sign with"
+        )
+    signed = AWSRequest(method=request.get_method(), url=request.full_url, data=b"")
+    SigV4Auth(credentials, service, region).add_auth(signed)
+    for name, value in signed.headers.items():
+        request.add_header(name, value)
 
 
 def _send(request: urllib.request.Request, timeout: float) -> ActionStatus:
