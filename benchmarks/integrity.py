@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
-from cleanup.integrity import seal, signed_bytes
-from cleanup.integrity_check import verify
+from cleanup.queues.integrity import seal, signed_bytes
+from cleanup.queues.integrity_check import verify
 from cleanup.runtime import Runtime
 from schemas.settings import Settings
 from worker.local.backend import LocalAws

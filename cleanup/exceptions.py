@@ -83,8 +83,8 @@ class ConditionFailedError(PermanentError):
 
 
 class NowHeldError(CleanupError):
-    """The fence (``cleanup.fence``) keeps a resource: the live item under the same key holds it, or the session was
-    re-created while it was being cleaned. The step is "kept", not failed.
+    """The fence (``cleanup.core.fence``) keeps a resource: the live item under the same key holds it, or the session
+    was re-created while it was being cleaned. The step is "kept", not failed.
 
     ``deleted``: what the step deleted before (the old session's own data, read as free before each call)."""
 

@@ -4,20 +4,22 @@ facts."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from cleanup.actions.api import ActionKind
+from cleanup.actions.loading import instances, load_kinds
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import ConfigurationError
 from cleanup.operations.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
-from schemas.settings import CleanupMode, Settings, Versioning, configuration_problems
+from schemas.settings import ActionSettings, CleanupMode, Settings, Versioning, configuration_problems
 
 T = TypeVar("T")
 
@@ -68,17 +70,34 @@ class Runtime:
         environment variable and why), and the error raised carries the same single line, not pydantic's dump.
 
         Raises:
-            ConfigurationError: a setting in the environment is invalid.
+            ConfigurationError: a setting in the environment is invalid, or ACTIONS enables a kind that is refused.
         """
         try:
             return cls.from_env()
         except ValidationError as exc:
             error = configuration_error(exc)
+        except ConfigurationError as exc:  # ACTIONS names a kind that is unknown or refused
+            error = exc
         configure_logging(Settings.model_construct())  # the defaults: the environment's settings are what failed
         log.error(str(error), extra={"variables": error.problems})
         raise error
 
-    def __init__(self, settings: Settings, clients: Clients | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clients: Clients | None = None,
+        metrics: Metrics | None = None,
+        *,
+        kinds: Sequence[type[ActionKind]] | None = None,
+    ) -> None:
+        """``kinds``: the action kinds to run, in order (None: ACTIONS's, checked now).
+
+        Raises:
+            ConfigurationError: ACTIONS names a kind that is unknown or refused (one line).
+        """
+        self.kind_classes = tuple(kinds) if kinds is not None else load_kinds(ActionSettings().actions)
+        self._kinds: tuple[Settings, tuple[ActionKind, ...]] | None = None
+        instances(self.kind_classes, settings)  # their attributes, as ATTR_* spells them, checked now
         self.settings = settings
         self.clients = clients or Clients(settings)
         self.metrics = metrics or Metrics(settings, MetricsSink(settings.metrics_destination))
@@ -90,6 +109,14 @@ class Runtime:
         self._side: ThreadPoolExecutor | None = None
         self._for_tables: dict[str, Runtime] = {}
         self.switch = KillSwitch(settings, self.metrics)
+
+    @property
+    def kinds(self) -> tuple[ActionKind, ...]:
+        """The action kinds, in ACTIONS's order, made for the current settings."""
+        made = self._kinds
+        if made is None or made[0] is not self.settings:
+            made = self._kinds = (self.settings, instances(self.kind_classes, self.settings))
+        return made[1]
 
     def with_session_table(self, table: str) -> Runtime:
         """This runtime, or one like it (same clients and metrics) whose SESSION_TABLE is ``table`` when the
@@ -107,7 +134,9 @@ class Runtime:
                 # switch of its own.
                 environment = CleanupMode(self.switch.environment.value)
                 settings = self.settings.model_copy(update={"session_table": table, "cleanup_mode": environment})
-                runtime = self._for_tables[table] = Runtime(settings, self.clients, self.metrics)
+                runtime = self._for_tables[table] = Runtime(
+                    settings, self.clients, self.metrics, kinds=self.kind_classes
+                )
             return runtime
 
     def refresh_mode(self) -> Mode:
@@ -130,8 +159,8 @@ class Runtime:
 
     @property
     def side_executor(self) -> ThreadPoolExecutor:
-        """The pool a record's calls issued together run on beside its own thread (``cleanup.fence``: a socket and a
-        grant freed with the scratch data's first page, on one read). Apart from ``executor``, whose threads wait
+        """The pool a record's calls issued together run on beside its own thread (``cleanup.core.fence``: a socket and
+        a grant freed with the scratch data's first page, on one read). Apart from ``executor``, whose threads wait
         for them."""
         with self._lock:
             if self._side is None:

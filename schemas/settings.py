@@ -99,6 +99,55 @@ class AttributeNames(BaseSettings):
         return (self.connection_id, self.scratch_prefix, self.grant_id)
 
 
+class ActionSettings(BaseSettings):
+    """Which action kinds run (read apart from ``Settings``: its names are checked when the runtime starts, against
+    the installed kinds, by ``cleanup.actions.loading``)."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    actions: str = "connection,grant,scratch,registry"
+    """ACTIONS: the action kinds to run, comma-separated, in order: the built-ins, and any installed through the
+    ``session_cleanup.actions`` entry points. An unknown name is refused at start."""
+
+    @field_validator("actions")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",")]
+        if not all(re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", name) for name in names):
+            raise ValueError(f"expected comma-separated action names, got {value[:200]!r}")
+        return ",".join(names)
+
+
+class HttpCloseSettings(BaseSettings):
+    """The ``http-close`` action's settings: the application's own gateway, where a session's socket is closed."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore")
+
+    close_url: str | None = None
+    """CLOSE_URL: the URL that closes a connection, a template with ``{connectionId}`` (HTTPS, or HTTP on loopback)."""
+    close_method: str = "DELETE"
+    """CLOSE_METHOD: the HTTP method of the close call."""
+    allowed_close_hosts: str = ""
+    """ALLOWED_CLOSE_HOSTS: comma-separated hosts CLOSE_URL may name; any other is refused."""
+    close_sigv4_service: str | None = None
+    """CLOSE_SIGV4_SERVICE: sign the close call with SigV4 for this service (``execute-api`` for an API Gateway,
+    ``lambda`` for a Lambda function URL), with the worker's credentials and region; unset: unsigned."""
+
+    @field_validator("close_url")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and "{connectionId}" not in value:
+            raise ValueError(f"expected a URL template with {{connectionId}}, got {value[:200]!r}")
+        return value
+
+    @field_validator("close_method")
+    @classmethod
+    def _method(cls, value: str) -> str:
+        if value.upper() not in ("DELETE", "POST", "PUT", "GET"):
+            raise ValueError(f"expected DELETE, POST, PUT or GET, got {value[:20]!r}")
+        return value.upper()
+
+
 class Settings(BaseSettings):
     """Everything the worker is configured with. Field docs give the environment variable in capitals."""
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cleanup.expiry.write_path import create_session
-from cleanup.pipeline import run_batch
+from cleanup.application_contract import create_session
+from cleanup.core.pipeline import run_batch
 from schemas.outcomes import ActionResult, ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

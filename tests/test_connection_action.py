@@ -11,8 +11,8 @@ from botocore.config import Config
 
 from cleanup.actions.connection import close_connection
 from cleanup.aws.retry import Deadline
+from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import PermanentError, TransientError
-from cleanup.pipeline import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import Faults

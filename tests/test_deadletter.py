@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from cleanup.aws.retry import Deadline
-from cleanup.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
-from cleanup.integrity import seal
-from cleanup.pipeline import run_batch
+from cleanup.core.pipeline import run_batch
+from cleanup.queues.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
+from cleanup.queues.integrity import seal
 from cleanup.runtime import Runtime
 from schemas.records import read_lambda_event
 from tests.faults import Faults

@@ -1,5 +1,5 @@
 """Where the worker destroys: every call that frees a session's resource is made in one of a few known places, each
-behind the fence's permit (``cleanup.fence``). A new call site fails here until it is added, with its reason."""
+behind the fence's permit (``cleanup.core.fence``). A new call site fails here until it is added, with its reason."""
 
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
-from cleanup.backlog import backlog_body
-from cleanup.backlog_drain import Message, clean
-from cleanup.deadletter import stored_letter
-from cleanup.integrity import seal
+from cleanup.queues.backlog import backlog_body
+from cleanup.queues.backlog_drain import Message, clean
+from cleanup.queues.deadletter import stored_letter
+from cleanup.queues.integrity import seal
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status

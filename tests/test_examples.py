@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.pipeline import run_batch
+from cleanup.core.pipeline import run_batch
 from schemas.outcomes import Status
 from schemas.records import read_lambda_event
 from schemas.settings import Settings

@@ -15,7 +15,7 @@ from botocore.awsrequest import AWSResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanup.pipeline import run_batch
+from cleanup.core.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import LOGGER_NAME, Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Outcome, Status

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from cleanup.deadletter import message_body
-from cleanup.integrity import seal
 from cleanup.operations.redrive import redrive as redrive_message
+from cleanup.queues.deadletter import message_body
+from cleanup.queues.integrity import seal
 from schemas.outcomes import Outcome, Status
 from schemas.records import Source, read_record
 from tests.queues import on_queue, redrive, send

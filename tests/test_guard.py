@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cleanup.core.guard import ScratchLocation, callback_endpoint, resolve_prefix
 from cleanup.exceptions import MissingConfigError, RefusedEndpointError, UnsafePrefixError
-from cleanup.guard import ScratchLocation, callback_endpoint, resolve_prefix
 from schemas.settings import Settings
 
 SETTINGS = Settings(scratch_bucket="scratch", scratch_root="sessions/")

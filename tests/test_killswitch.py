@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cleanup.aws.retry import Deadline
+from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode
-from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
 from schemas.outcomes import Status

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleanup.aws.clients import Clients
-from cleanup.classify import classify
+from cleanup.core.classify import classify
+from cleanup.core.pipeline import process_batch
 from cleanup.exceptions import BadRecordError
-from cleanup.pipeline import process_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import Status

@@ -12,8 +12,8 @@ from typing import Any
 import botocore.session
 import pytest
 
+from cleanup.application_contract import create_session, create_session_grant
 from cleanup.aws import clients
-from cleanup.expiry.write_path import create_session, create_session_grant
 from tests.stack import SessionStack
 from worker import cli
 from worker.local.appconfig import LocalAgent, flag

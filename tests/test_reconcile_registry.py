@@ -11,9 +11,9 @@ from typing import Any
 import botocore.session
 import pytest
 
+from cleanup.application_contract import DEFAULT_NAMES, create_session, join_room
 from cleanup.aws import clients
 from cleanup.expiry.convention import membership_item
-from cleanup.expiry.write_path import DEFAULT_NAMES, create_session, join_room
 from cleanup.operations import leaks
 from tests.stack import SessionStack
 from worker import cli

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.expiry.write_path import create_session, create_session_grant, live_session, touch_session
+from cleanup.application_contract import create_session, create_session_grant, live_session, touch_session
 from schemas.settings import RECONCILE_GRACE_FLOOR_SECONDS, Settings
 from tests.stack import SessionStack
 from tests.test_reconcile import GRANTEE, HOUR, RETIRER, grant_dates  # noqa: F401 (a fixture)

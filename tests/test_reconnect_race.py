@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cleanup.guard import ScratchLocation
-from cleanup.pipeline import run_batch
-from cleanup.race import Holding, scratch_holding
+from cleanup.core.guard import ScratchLocation
+from cleanup.core.pipeline import run_batch
+from cleanup.core.race import Holding, scratch_holding
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

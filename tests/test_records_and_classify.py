@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.classify import classify
+from cleanup.core.classify import classify
 from cleanup.exceptions import BadRecordError
 from schemas.outcomes import Reason
 from schemas.records import RecordError, Source, UnreadableRecord, parse_record, read_lambda_event, read_record

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.operations.redrive import parse_message
+from cleanup.queues.deadletter import MESSAGE_FORMAT
 from tests.kcl_daemon import kinesis_payload
 from tests.queues import on_queue, redrive, send
 from tests.stack import SessionStack, client

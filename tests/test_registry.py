@@ -18,8 +18,8 @@ import pytest
 from cleanup.actions import registry
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
+from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import OutOfTimeError
-from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Status

@@ -12,9 +12,9 @@ import botocore.session
 import pytest
 
 from cleanup.aws.clients import Clients
-from cleanup.deadletter import MESSAGE_FORMAT
 from cleanup.exceptions import SourceFileError
 from cleanup.operations.sources import FileReader, FileRecord, read_file
+from cleanup.queues.deadletter import MESSAGE_FORMAT
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack, client

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from cleanup.aws.retry import Deadline
-from cleanup.backlog import backlog_body
-from cleanup.deadletter import stored_letter
-from cleanup.integrity import seal
 from cleanup.operations.reconcile import reconcile
+from cleanup.queues.backlog import backlog_body
+from cleanup.queues.deadletter import stored_letter
+from cleanup.queues.integrity import seal
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, configure_logging
 from schemas.outcomes import Outcome, Status

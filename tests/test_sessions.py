@@ -6,9 +6,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.classify import classify
-from cleanup.exceptions import SessionExistsError
-from cleanup.expiry.write_path import (
+from cleanup.application_contract import (
     create_session,
     end_session,
     expiry_bucket,
@@ -17,6 +15,8 @@ from cleanup.expiry.write_path import (
     session_key,
     touch_session,
 )
+from cleanup.core.classify import classify
+from cleanup.exceptions import SessionExistsError
 from schemas.outcomes import Reason
 from schemas.records import read_lambda_event
 from schemas.settings import AttributeNames

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from cleanup.application_contract import create_session, expiry_bucket, touch_session
 from cleanup.aws.clients import Clients
 from cleanup.expiry.sweeper import Verdict, sweep
-from cleanup.expiry.write_path import create_session, expiry_bucket, touch_session
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from tests.stack import SessionStack

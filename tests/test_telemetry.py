@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from cleanup.aws.clients import Clients
-from cleanup.pipeline import run_batch
+from cleanup.core.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.records import read_lambda_event

@@ -582,7 +582,12 @@ def test_the_kill_switch_settings_and_the_extension_layer_are_wired_only_when_gi
 
 
 def test_the_reconciler_role_grants_exactly_what_reconcile_calls() -> None:
-    files = ["worker/reconcile.py", "cleanup/operations/reconcile.py", "cleanup/operations/leaks.py", "cleanup/race.py"]
+    files = [
+        "worker/reconcile.py",
+        "cleanup/operations/reconcile.py",
+        "cleanup/operations/leaks.py",
+        "cleanup/core/race.py",
+    ]
     files += ["cleanup/actions/grant.py", "cleanup/actions/scratch.py", "cleanup/actions/registry.py"]
     # And, from the runtime: the tables' keys (DescribeTable) and the bucket's versioning. Not the registry index's
     # Query: that is the stream path's ``prune``; reconcile removes the memberships its Scan found (``remove``).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from benchmarks.capacity import DEFAULTS
 from benchmarks.capacity_model import Backlog, Mapping, Quotas
-from cleanup.backlog_drain import release_seconds
+from cleanup.queues.backlog_drain import release_seconds
 from tests.test_template import (
     attached,
     function,

@@ -1,13 +1,13 @@
 """Lambda entry point draining the backlog queue (an SQS event source mapping with ReportBatchItemFailures and a small
-``ScalingConfig.MaximumConcurrency``), through the same core as the stream (``cleanup.backlog_drain``).
+``ScalingConfig.MaximumConcurrency``), through the same core as the stream (``cleanup.queues.backlog_drain``).
 
-Each message names a record and the actions it has left (``cleanup.backlog``); the record is cleaned with only those,
-the live item read again first as always, at the rate the service allows. A message whose record is not clean yet is
-reported (``batchItemFailures``) and released with a growing visibility timeout (a minute, doubling, 12 h at most),
+Each message names a record and the actions it has left (``cleanup.queues.backlog``); the record is cleaned with only
+those, the live item read again first as always, at the rate the service allows. A message whose record is not clean yet
+is reported (``batchItemFailures``) and released with a growing visibility timeout (a minute, doubling, 12 h at most),
 so that it comes back a few times a day at most, and after the queue's maxReceiveCount moves to the backlog's
 dead-letter queue. A record that fails permanently goes to DEAD_LETTER_QUEUE_URL as any other, and its message is
 done. A message whose integrity tag does not verify, or that cannot be read at all, frees nothing and is moved,
-whole, to the backlog's dead-letter queue (``cleanup.backlog_drain``); the rest of its batch goes on. Nothing is
+whole, to the backlog's dead-letter queue (``cleanup.queues.backlog_drain``); the rest of its batch goes on. Nothing is
 deferred again from here: BACKLOG_QUEUE_URL only names the queue messages are released on. Paused by
 the kill switch, or while it is unknown (never read: ``cleanup.operations.killswitch``), every message is
 reported and released.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from cleanup.aws.retry import Deadline
-from cleanup.backlog_drain import Message, clean, release
 from cleanup.operations.killswitch import Mode
+from cleanup.queues.backlog_drain import Message, clean, release
 from cleanup.runtime import Runtime, WarmRuntime
 
 warm = WarmRuntime()

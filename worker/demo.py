@@ -153,7 +153,7 @@ class Demo:
         return str(stream_arn), str(key_arn)
 
     def create_sessions(self, key_arn: str, settings: Any) -> None:
-        from cleanup.expiry.write_path import create_session, create_session_grant
+        from cleanup.application_contract import create_session, create_session_grant
 
         total = sum(count for _, count in PLAN)
         progress(
@@ -214,8 +214,8 @@ class Demo:
         session.rooms = ROOMS_PER_CONNECTION
 
     def end_sessions(self, runtime: Any) -> None:
+        from cleanup.application_contract import end_session, session_key
         from cleanup.expiry.sweeper import sweep
-        from cleanup.expiry.write_path import end_session, session_key
 
         ttl = [s for s in self.sessions if s.fate == "ttl"]
         progress(f"expiring {len(ttl)} sessions by TTL (a TTL delete, userIdentity dynamodb.amazonaws.com)")

@@ -1,7 +1,7 @@
 """``cleanup-worker drain``: drain the backlog queue from a container, as the drain function does in Lambda.
 
 Messages are long-polled (at most 20 s a poll, under the client's read timeout), ten at a time, hidden for
-``--visibility`` seconds while their records are cleaned by the same core (``cleanup.backlog_drain``) within a
+``--visibility`` seconds while their records are cleaned by the same core (``cleanup.queues.backlog_drain``) within a
 deadline shorter than that, at the learnt rate. A message is deleted only when its record is clean (or dead-lettered
 for good), or when it is refused (its integrity tag, or its shape) and moved whole to the backlog's dead-letter
 queue; the others are released with a growing visibility timeout. The loop ends on SIGTERM/SIGINT after the
@@ -22,9 +22,9 @@ from botocore.exceptions import ClientError
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
-from cleanup.backlog_drain import SQS_BATCH, Message, clean, release
 from cleanup.exceptions import CleanupError, MissingConfigError, TransientError
 from cleanup.operations.killswitch import Mode
+from cleanup.queues.backlog_drain import SQS_BATCH, Message, clean, release
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from worker.exit_codes import ExitCode

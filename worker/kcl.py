@@ -13,10 +13,10 @@ Guarantees, per shard:
   before the first one still failing.
 * Failed records are retried in place with backoff: amazon_kclpy acknowledges a batch even when the processor
   raises, so the processor itself must not return before its records are clean. The core's rules apply, as in the
-  stream poller (``cleanup.inplace``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent failure, or once
-  it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves on; with no
-  queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt. One attempt runs at
-  most SHUTDOWN_GRACE_SECONDS.
+  stream poller (``cleanup.core.retry_in_place``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent failure,
+  or once it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves on;
+  with no queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt. One attempt runs
+  at most SHUTDOWN_GRACE_SECONDS.
 * The give-up clock survives restarts: a record's first-try time is kept in CHECKPOINT_TABLE when it first fails
   (``cleanup.streams.first_failures``), and the processor that receives it again goes on from there.
 * Nothing is acknowledged uncleaned: anything raising while a message is handled, and any checkpoint refusal but a
@@ -49,10 +49,10 @@ from typing import IO, Any, NoReturn
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from cleanup.aws.retry import Deadline
+from cleanup.core.pipeline import Incoming
+from cleanup.core.retry_in_place import Backoff, InPlaceBatch, consumes
 from cleanup.exceptions import ConfigurationError
-from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.operations.killswitch import Mode
-from cleanup.pipeline import Incoming
 from cleanup.runtime import Runtime
 from cleanup.streams.first_failures import CLOCK, FirstFailures, GiveUpClock
 from cleanup.telemetry import log

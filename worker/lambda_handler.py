@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 from cleanup.aws.retry import Deadline
+from cleanup.core.pipeline import Incoming, run_batch
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode
-from cleanup.pipeline import Incoming, run_batch
 from cleanup.runtime import Runtime, WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table

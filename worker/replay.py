@@ -20,10 +20,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from cleanup.classify import item_key
+from cleanup.core.classify import item_key
+from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import SourceFileError
 from cleanup.operations.sources import Entry, FileReader, FileRecord, Location, Rejected
-from cleanup.pipeline import run_batch
 from cleanup.runtime import Runtime, require_session_table
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord

@@ -14,22 +14,24 @@ makes the permit read again. KMS quotas ListGrants apart from RetireGrant, and s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
-from cleanup.exceptions import TransientError, UnboundResourceError
+from cleanup.core.guard import grant_key, session_id
+from cleanup.exceptions import PermanentError, TransientError, UnboundResourceError
 from cleanup.expiry.convention import grant_name
 from schemas.outcomes import ActionStatus
+from schemas.session import Session
 
 if TYPE_CHECKING:
     from mypy_boto3_kms import KMSClient
 
-    from cleanup.fence import Permit
-
 ACTION = "grant"
+GONE = ("NotFoundException",)
 
 
 def retire_grant(
@@ -38,11 +40,11 @@ def retire_grant(
     grant_id: str,
     deadline: Deadline | None = None,
     *,
-    permit: Permit,
+    permit: Permit | Gate,
     name: NameCheck | None = None,
 ) -> ActionStatus:
-    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.fence``), and, given ``name``, only if the
-    grant is bound to its session. A grant that is not found (already retired or revoked) counts as retired.
+    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.core.fence``), and, given ``name``, only if
+    the grant is bound to its session. A grant that is not found (already retired or revoked) counts as retired.
 
     Raises:
         NowHeldError: ``permit`` keeps the grant (a live session holds it).
@@ -53,9 +55,9 @@ def retire_grant(
     deadline = deadline or Deadline()
     if name is not None and not name.answer(deadline):
         return ActionStatus.ALREADY_DONE
-    permit(deadline)
-    retired = call_or_gone(
-        kms.retire_grant, "RetireGrant", deadline, ("NotFoundException",), KeyId=key_id, GrantId=grant_id
+    retired = gate_of(permit).call(
+        deadline,
+        lambda: call_or_gone(kms.retire_grant, "RetireGrant", deadline, GONE, KeyId=key_id, GrantId=grant_id),
     )
     return ActionStatus.ALREADY_DONE if retired is None else ActionStatus.DONE
 
@@ -120,3 +122,47 @@ class NameCheck:
         answered = early.result() if early is not None and not early.cancel() else bound(*self._ask, deadline)
         self._late()
         return answered
+
+
+class Grant(ActionKind):
+    """The session's KMS grant (``ATTR_GRANT_ID``, on ``ATTR_KMS_KEY_ID`` or KMS_KEY_ID)."""
+
+    name = ACTION
+    owns = ("grant_id", "kms_key_id")
+    reads = ("pk",)
+    paced_by = "kms"
+    gone = frozenset(GONE)
+    phase = 1
+    together = True
+
+    def plan(self, session: Session, context: Context) -> Sequence[Step]:
+        if not session.grant_id:
+            return []
+        grant_id, runtime, fence = session.grant_id, context.runtime, context.fence
+        detail = {"grantId": grant_id}
+        bound_to = session_id(session.pk, runtime.settings) if runtime.settings.session_binding else None
+        try:
+            key_id = grant_key(session.kms_key_id, runtime.settings)
+            if runtime.settings.session_binding and bound_to is None:
+                raise UnboundResourceError(
+                    f"the item's key names no session id, so grant {grant_id!r} cannot be bound to it and is kept: "
+                    "set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no "
+                    "such convention"
+                )
+        except PermanentError as exc:
+            return [self.step(grant_id, detail, refusal=exc)]
+        gate = self.gate(context, grant_id)
+        kms = runtime.clients.kms
+        name = NameCheck(kms, key_id, grant_id, bound_to, late=fence.stale) if bound_to is not None else None
+
+        def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+            return retire_grant(kms, key_id, grant_id, deadline, permit=gate, name=name), {}
+
+        def prepare(deadline: Deadline) -> None:
+            if name is not None:
+                name.start(runtime.side_executor, deadline)
+
+        return [self.step(grant_id, {**detail, "keyId": key_id}, run=run, prepare=prepare)]
+
+    def holding(self, resource: str, live: Session, location: Any) -> Holding:
+        return Holding.HELD if live.grant_id == resource else Holding.FREE

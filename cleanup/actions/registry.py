@@ -32,15 +32,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
-from cleanup.exceptions import NowHeldError, OutOfTimeError, TransientError
+from cleanup.core.guard import connection_id as connection_id_of
+from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError
+from schemas.outcomes import ActionStatus
+from schemas.session import Session
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
-    from mypy_boto3_dynamodb.type_defs import WriteRequestOutputTypeDef, WriteRequestTypeDef
-
-    from cleanup.fence import Permit
+    from mypy_boto3_dynamodb.type_defs import (
+        WriteRequestOutputTypeDef,
+        WriteRequestTypeDef,
+    )
 
 ACTION = "registry"
 BATCH = 25  # BatchWriteItem's limit
@@ -74,11 +79,11 @@ def prune(
     connection_id: str,
     deadline: Deadline,
     *,
-    permit: Permit,
+    permit: Permit | Gate,
     max_wait: float = 2.0,
 ) -> Pruned:
     """Delete every membership of ``connection_id`` the index knows; each BatchWriteItem (a re-send of unprocessed
-    items too) once ``permit`` lets it (``cleanup.fence``).
+    items too) once ``permit`` lets it (``cleanup.core.fence``).
 
     Raises:
         NowHeldError: ``permit`` keeps the memberships (a live session holds the connection).
@@ -110,7 +115,7 @@ def remove(
     keys: Sequence[dict[str, Any]],
     deadline: Deadline,
     *,
-    permit: Permit,
+    permit: Permit | Gate,
     max_wait: float = 2.0,
 ) -> int:
     """Delete the memberships under ``keys`` (each one of the connection ``permit`` guards: see ``own_key``), 25 a
@@ -186,15 +191,16 @@ def _names(key: dict[str, Any], connection_id: str) -> bool:
 
 
 def _delete(
-    dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, permit: Permit, max_wait: float
+    dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, permit: Permit | Gate, max_wait: float
 ) -> None:
     pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
         {"DeleteRequest": {"Key": key}} for key in keys
     ]
     wait = FIRST_WAIT_SECONDS
     for _ in range(UNPROCESSED_TRIES):
-        permit(deadline)
-        answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
+        answer = gate_of(permit).call(
+            deadline, call, dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending}
+        )
         if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
             raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
         pending = _sent_again(answer["UnprocessedItems"], table, keys)
@@ -234,3 +240,53 @@ def _key_text(key: Any) -> str:
 def _out_of_time(deadline: Deadline, why: str, needed: float = 0.0) -> None:
     if deadline.remaining() <= needed:
         raise OutOfTimeError(why)
+
+
+class Membership(ActionKind):
+    """The room memberships of the session's connection, in REGISTRY_TABLE (none without it)."""
+
+    name = ACTION
+    reads = ("connection_id",)
+    paced_by = "dynamodb"
+
+    def plan(self, session: Session, context: Context) -> Sequence[Step]:
+        runtime = context.runtime
+        table = runtime.settings.registry_table
+        if not session.connection_id or not table:
+            return []
+        held = session.connection_id
+        index = runtime.settings.registry_connection_index
+        attribute = runtime.settings.attributes.registry_connection_id
+        try:
+            connection_id = connection_id_of(held, runtime.settings)
+        except PermanentError as exc:
+            return [self.step(held, {"connectionId": held, "table": table}, refusal=exc)]
+        gate = self.gate(context, held)
+
+        def where(deadline: Deadline) -> Registry:
+            return Registry(table, index, attribute, runtime.table_keys(table, deadline))
+
+        def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+            wait = runtime.settings.retry_max_wait_seconds
+            try:
+                pruned = prune(
+                    runtime.clients.dynamodb, where(deadline), connection_id, deadline, permit=gate, max_wait=wait
+                )
+            except NowHeldError as kept:
+                return ActionStatus.KEPT, {"heldBy": "live session", "memberships": kept.deleted}
+            return (ActionStatus.DONE if pruned.deleted else ActionStatus.ALREADY_DONE), _memberships(pruned)
+
+        def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+            found = count(runtime.clients.dynamodb, where(deadline), connection_id, deadline)
+            return ActionStatus.PLANNED, _memberships(found)
+
+        detail = {"connectionId": connection_id, "table": table, "index": index}
+        return [self.step(held, detail, run=run, preview=preview)]
+
+    def holding(self, resource: str, live: Session, location: Any) -> Holding:
+        # The memberships belong to the connection: a live session still on it keeps them too.
+        return Holding.HELD if live.connection_id == resource else Holding.FREE
+
+
+def _memberships(pruned: Pruned) -> dict[str, Any]:
+    return {"memberships": pruned.deleted, **({"kept": pruned.kept} if pruned.kept else {})}

@@ -17,10 +17,10 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.guard.check_bound``,
+With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.core.guard.check_bound``,
 before anything is listed).
 
-Every page goes through ``permit`` right before it is deleted (``cleanup.fence``: the live item read afresh, after
+Every page goes through ``permit`` right before it is deleted (``cleanup.core.fence``: the live item read afresh, after
 the record's previous destructive call): a session re-created under the same key while a long prefix was being
 deleted stops the deletion there (``NowHeldError``), and its data is kept.
 """
@@ -28,17 +28,22 @@ deleted stops the deletion there (``NowHeldError``), and its data is kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
 from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
-from cleanup.aws.coalesce import READ, Coalescer, Part
+from cleanup.aws.coalesce import DELETE, READ, Coalescer, Part
 from cleanup.aws.retry import Deadline
+from cleanup.core.fence import incomparable_prefix
+from cleanup.core.guard import ScratchLocation, check_bound, resolve_prefix, session_id
+from cleanup.core.race import scratch_holding
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
-from cleanup.guard import ScratchLocation
+from schemas.outcomes import ActionStatus
+from schemas.session import Session
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -49,8 +54,6 @@ if TYPE_CHECKING:
         ListObjectVersionsRequestTypeDef,
         ObjectIdentifierTypeDef,
     )
-
-    from cleanup.fence import Permit
 
 ACTION = "scratch"
 PAGE = 1000  # DeleteObjects' limit
@@ -76,7 +79,7 @@ def delete_prefix(
     *,
     versioned: bool,
     deadline: Deadline,
-    permit: Permit,
+    permit: Permit | Gate,
     together: Deleter | None = None,
     beside: Executor | None = None,
 ) -> int:
@@ -95,8 +98,8 @@ def delete_prefix(
     pages = _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline)
     deleted = 0
     try:
-        for page in _permitted(pages, permit, deadline, beside):
-            deleted += _delete(s3, page, deadline, together)
+        for freed in _deletions(s3, pages, gate_of(permit), deadline, together, beside):
+            deleted += freed
             if deadline.remaining() <= 0:
                 raise OutOfTimeError("the deadline came before the next page")
     except NowHeldError as exc:
@@ -108,23 +111,33 @@ def delete_prefix(
     return deleted
 
 
-def _permitted(pages: Iterator[Page], permit: Permit, deadline: Deadline, beside: Executor | None) -> Iterator[Page]:
-    """Each page, once ``permit`` lets it be deleted. Neither a listing nor a read frees anything, and the first
-    deletion needs both: the first page is listed beside the first read."""
+def _deletions(
+    s3: S3Client,
+    pages: Iterator[Page],
+    gate: Gate,
+    deadline: Deadline,
+    together: Deleter | None,
+    beside: Executor | None,
+) -> Iterator[int]:
+    """How many each page's deletion freed, each page deleted through ``gate``. Neither a listing nor a read frees
+    anything, and the first deletion needs both: the first page is listed beside the first read."""
     if beside is not None:
         listing = beside.submit(next, pages, None)
+
+        def first() -> int | None:
+            page = listing.result()
+            return None if page is None else _delete(s3, page, deadline, together)
+
         try:
-            permit(deadline)
+            freed = gate.call(deadline, first)
         except BaseException:
             wait([listing])  # the listing (bounded by its own call) must not run on past the generator's owner
             raise
-        first = listing.result()
-        if first is None:
+        if freed is None:
             return
-        yield first
+        yield freed
     for page in pages:
-        permit(deadline)
-        yield page
+        yield gate.call(deadline, _delete, s3, page, deadline, together)
 
 
 def count_prefix(s3: S3Client, where: ScratchLocation, *, versioned: bool, deadline: Deadline | None = None) -> int:
@@ -310,3 +323,62 @@ def _key_errors(errors: list[ErrorTypeDef], sent: int, where: ScratchLocation) -
     if all(is_transient_code(code) for code in codes):
         return TransientError(message)
     return PermanentError(message)
+
+
+class Scratch(ActionKind):
+    """The session's scratch data (``ATTR_SCRATCH_PREFIX``, in SCRATCH_BUCKET or an ``s3://`` URI)."""
+
+    name = ACTION
+    owns = ("scratch_prefix",)
+    reads = ("pk", "tenant_id")
+    paced_by = "s3"
+    phase = 0
+
+    def plan(self, session: Session, context: Context) -> Sequence[Step]:
+        if session.scratch_prefix is None:  # an empty prefix is refused by the guard, not ignored
+            return []
+        scratch_prefix, runtime, calls = session.scratch_prefix, context.runtime, context.calls
+        try:
+            where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
+            if runtime.settings.session_binding:
+                check_bound(where, session_id(session.pk, runtime.settings))
+        except PermanentError as exc:
+            return [self.step(scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)]
+        gate = self.gate(context, scratch_prefix, where, then=DELETE)
+
+        def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+            versioned = runtime.is_versioned(where.bucket, deadline)
+            together = calls.deleter(where.bucket) if calls is not None else None
+            try:
+                deleted = delete_prefix(
+                    runtime.clients.s3,
+                    where,
+                    versioned=versioned,
+                    deadline=deadline,
+                    permit=gate,
+                    together=together,
+                    beside=runtime.side_executor,
+                )
+            except NowHeldError as held:
+                return ActionStatus.KEPT, {"heldBy": "live session", _unit(versioned): held.deleted}
+            return (ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE), {_unit(versioned): deleted}
+
+        def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
+            versioned = runtime.is_versioned(where.bucket, deadline)
+            found = count_prefix(runtime.clients.s3, where, versioned=versioned, deadline=deadline)
+            return ActionStatus.PLANNED, {_unit(versioned): found}
+
+        detail = {"bucket": where.bucket, "prefix": where.prefix}
+        return [self.step(scratch_prefix, detail, run=run, preview=preview, location=where)]
+
+    def holding(self, resource: str, live: Session, location: Any) -> Holding:
+        if live.scratch_prefix is None or not isinstance(location, ScratchLocation):
+            return Holding.FREE
+        return scratch_holding(location, live.scratch_prefix, self.settings.scratch_bucket or "")
+
+    def unknown(self, resource: str, live: Session) -> PermanentError:
+        return incomparable_prefix(resource, live.scratch_prefix)
+
+
+def _unit(versioned: bool) -> str:
+    return "versions" if versioned else "objects"

@@ -57,7 +57,7 @@ from cleanup.telemetry import log
 from schemas.settings import Settings
 
 FREEING_OPERATIONS = frozenset({"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"})
-"""Calls that free a session's resource: each attempt needs a permit of its own (``cleanup.fence``), so botocore
+"""Calls that free a session's resource: each attempt needs a permit of its own (``cleanup.core.fence``), so botocore
 does not send them again."""
 BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
 RATED_APART = frozenset({"ListGrants"})
@@ -236,7 +236,7 @@ class Pacer:
         operation = kwargs["event_name"].rsplit(".", 1)[-1]
         if retryable and operation in FREEING_OPERATIONS:
             # Not sent again by botocore on the read that allowed it: the step is tried again (``call_with_retry``),
-            # and its next attempt reads the live item first (``cleanup.fence``).
+            # and its next attempt reads the live item first (``cleanup.core.fence``).
             if isinstance(caught_exception, BotoCoreError):  # as the call would say it (a host that does not
                 raise translate(caught_exception, operation) from caught_exception  # resolve is no passing trouble)
             why = caught_exception or _error_code(response) or _status(response)

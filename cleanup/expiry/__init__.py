@@ -1,2 +1,3 @@
-"""Expiry on time: the write-path helpers that give a session its ttl and expiry bucket (``write_path``), and the
-sweeper that deletes the sessions whose ttl has passed (``sweeper``), instead of waiting for DynamoDB TTL."""
+"""Expiry on time: the sweeper that deletes the sessions whose ttl has passed (``sweeper``), instead of waiting for
+DynamoDB TTL. The ttl and expiry bucket it relies on are written by the applications' side of the contract
+(``cleanup.application_contract``; its old name ``cleanup.expiry.write_path`` is kept for a release)."""

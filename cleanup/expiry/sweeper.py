@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from cleanup.application_contract import expiry_buckets
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.classify import not_a_session_key
+from cleanup.core.classify import not_a_session_key
 from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError, PermanentError
-from cleanup.expiry.write_path import expiry_buckets
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.settings import CleanupMode, Settings

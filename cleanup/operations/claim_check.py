@@ -1,9 +1,9 @@
 """Dead-letter records stored in S3 (the claim-check pattern), read back and deleted by redrive.
 
-``cleanup.deadletter`` stores a record too large for one message as an object under DEAD_LETTER_PREFIX in
+``cleanup.queues.deadletter`` stores a record too large for one message as an object under DEAD_LETTER_PREFIX in
 DEAD_LETTER_BUCKET and sends a message naming it. Here the object is read back and, once its record is clean,
 deleted. The location comes from a message, so it is checked first: only that bucket, only under that prefix, only a
-key of the shape the worker makes. Redrive and the backlog's drain (``cleanup.backlog_drain``) use it.
+key of the shape the worker makes. Redrive and the backlog's drain (``cleanup.queues.backlog_drain``) use it.
 
 A record may be named by more than one message: a SendMessageBatch whose answer was lost is sent again. So before
 the object of a clean record is deleted, a small marker is written beside it, ``<prefix>redriven/<rest of the key>``:
@@ -16,8 +16,8 @@ can name their record any more. The marker keys never have the shape of a stored
 name one as a record.
 
 An object's bytes are checked against the digest its message names (``recordDigest``, covered by the message's
-integrity tag: ``cleanup.integrity``) before anything in it is trusted: an object overwritten after the worker wrote
-it is refused, and left where it is.
+integrity tag: ``cleanup.queues.integrity``) before anything in it is trusted: an object overwritten after the worker
+wrote it is refused, and left where it is.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call, call_or_gone
-from cleanup.deadletter import MESSAGE_FORMAT, is_object_key
 from cleanup.exceptions import PermanentError
-from cleanup.integrity import check_digest
+from cleanup.queues.deadletter import MESSAGE_FORMAT, is_object_key
+from cleanup.queues.integrity import check_digest
 from cleanup.runtime import Runtime
 
 if TYPE_CHECKING:

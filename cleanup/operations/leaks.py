@@ -1,5 +1,5 @@
 """What reconcile looks at: the grants on the worker's keys and the session-level scratch prefixes, each mapped back
-to its session by the write path's convention (``cleanup.expiry.write_path``).
+to its session by the write path's convention (``cleanup.application_contract``).
 
 * **Grants.** ListGrants (paged, paced) on KMS_KEY_ID and every ALLOWED_KMS_KEY_IDS key. A grant named
   ``session:<session-id>`` is that session's; any other grant follows no convention and is only counted.
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions import grant, registry, scratch
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
+from cleanup.core.guard import ScratchLocation, resolve_prefix
 from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
 from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
-from cleanup.guard import ScratchLocation, resolve_prefix
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ Every resource ``cleanup.operations.leaks`` lists and maps to a session is freed
   API Gateway's two-hour cap on a connection). A session's grant is created before its item is written, so the
   grace is what keeps the grant of a session being created: the settings refuse one below
   RECONCILE_GRACE_FLOOR_SECONDS;
-* the one rule (``cleanup.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
+* the one rule (``cleanup.core.fence``): right before each RetireGrant, before each page of a prefix's deletion, and
   before each BatchWriteItem of memberships, the item is read again and must still be not live (nor hold the
   membership's connection). A session re-created in between stops it: the resource is kept.
 
@@ -40,13 +40,14 @@ from enum import StrEnum
 from typing import Any
 
 from cleanup.actions import grant, registry, scratch
+from cleanup.actions.api import ActionKind, Gate
 from cleanup.aws.coalesce import Part
 from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.core.fence import Fence, Reader
+from cleanup.core.race import BATCH_KEYS, read_live_items
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
-from cleanup.fence import Fence, Reader
 from cleanup.operations import leaks
 from cleanup.operations.leaks import Found
-from cleanup.race import BATCH_KEYS, read_live_items
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus
@@ -57,6 +58,12 @@ CONNECTION_CAP_SECONDS = 7200
 """API Gateway's longest WebSocket connection: a membership joined longer ago than that (and the grace period) has no
 open connection left to post to."""
 RESOURCES = (grant.ACTION, scratch.ACTION, registry.ACTION)
+KINDS: dict[str, type[ActionKind]] = {
+    grant.ACTION: grant.Grant,
+    scratch.ACTION: scratch.Scratch,
+    registry.ACTION: registry.Membership,
+}
+"""How the fence tells whether a live session holds each resource reconcile frees."""
 
 
 class Verdict(StrEnum):
@@ -240,10 +247,10 @@ class _Run:
         """Free ``items`` (one resource, or one group's memberships) behind a fence whose first reading is the one
         the decision was made on."""
         item = items[0]
-        fence = Fence(self._reader(key, first=None), self.runtime.settings.scratch_bucket or "")
+        fence = Fence(self._reader(key, first=None))
         fence.reading(self.deadline, None)
         fence.stale()  # the permit reads again, right before the call
-        permit = fence.guard(item.resource, item.ident, item.where)
+        permit = fence.guard(KINDS[item.resource](self.runtime.settings), item.ident, item.where)
         try:
             status = call_with_retry(
                 lambda: self._act(items, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
@@ -257,7 +264,7 @@ class _Run:
         log.info("reconcile: freed", extra=_detail(item))
         return Verdict.FREED if status is ActionStatus.DONE else Verdict.GONE
 
-    def _act(self, items: list[Found], permit: Callable[[Deadline], None]) -> ActionStatus:
+    def _act(self, items: list[Found], permit: Gate) -> ActionStatus:
         clients, item = self.runtime.clients, items[0]
         if item.resource == registry.ACTION:
             keys = [found.membership for found in items if found.membership is not None]

@@ -8,22 +8,22 @@ Two kinds of message name records to redo:
   compared as integers), from the DynamoDB stream or from the Kinesis data stream, whose records' data is decoded
   as the Lambda handler and the KCL processor decode it. Records the stream no longer holds (trimmed after its
   retention, or the stream deleted) are reported lost, by sequence number;
-* this worker's own dead-letter message (``cleanup.deadletter``), which carries the whole record, or, when the record
-  was too large for a message, names the S3 object holding it (``recordObject``). That object is read back
+* this worker's own dead-letter message (``cleanup.queues.deadletter``), which carries the whole record, or, when the
+  record was too large for a message, names the S3 object holding it (``recordObject``). That object is read back
   (GetObject), only from DEAD_LETTER_BUCKET under DEAD_LETTER_PREFIX and only by a key the worker makes, and deleted
   once its record is clean, after a marker saying so (``cleanup.operations.claim_check``). A message whose object is
   missing is a duplicate when the marker is there, and goes; with no marker the record was lost some other way: the
   message is saved beside where the object was, reported once (``gone``), and goes.
 
-A dead-letter message is trusted only once its integrity tag verifies (``cleanup.integrity``: the worker wrote it,
-and nobody changed it since), and a stored record only once its bytes match the digest the tag covers. One that
+A dead-letter message is trusted only once its integrity tag verifies (``cleanup.queues.integrity``: the worker wrote
+it, and nobody changed it since), and a stored record only once its bytes match the digest the tag covers. One that
 fails is refused: nothing it names is freed, it is counted (``MessagesRefused``) and logged, and it stays on the
 queue for an operator. An on-failure message needs no tag: it names only a range of SESSION_TABLE's stream, whose
 records are read again from the stream itself. Any body that is neither (any JSON, any type in any field) is reported
 alone and kept; the other messages go on.
 
 Only SESSION_TABLE's records are sessions: an on-failure message naming another table's DynamoDB stream is refused
-(reported and kept, nothing read), and a record naming another table is skipped (``cleanup.classify``).
+(reported and kept, nothing read), and a record naming another table is skipped (``cleanup.core.classify``).
 
 A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or skipped, none lost, and
 its stored object (if any) deleted; or its stored record gone and reported.
@@ -35,10 +35,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
+from cleanup.core.pipeline import Incoming, run_batch
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
-from cleanup.integrity import DIGEST_FIELD
-from cleanup.integrity_check import refused, verify
 from cleanup.operations.claim_check import (
     Settled,
     StoredRecord,
@@ -50,7 +48,9 @@ from cleanup.operations.claim_check import (
     settled,
 )
 from cleanup.operations.stream_ranges import BatchRange, Lost, read_kinesis_range, read_range
-from cleanup.pipeline import Incoming, run_batch
+from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
+from cleanup.queues.integrity import DIGEST_FIELD
+from cleanup.queues.integrity_check import refused, verify
 from cleanup.runtime import Runtime
 from schemas.outcomes import Outcome
 from schemas.records import RecordError, Source, read_record, stream_table

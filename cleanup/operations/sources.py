@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cleanup.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.exceptions import SourceFileError
+from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
 from schemas.records import (
     RecordError,
     Source,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_kinesis import KinesisClient
 
-    from cleanup.pipeline import Incoming
+    from cleanup.core.pipeline import Incoming
 
 
 @dataclass(frozen=True, slots=True)

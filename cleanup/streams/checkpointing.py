@@ -17,8 +17,8 @@ from typing import TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.core.retry_in_place import Backoff, consumes
 from cleanup.exceptions import StopRequested, TransientError
-from cleanup.inplace import Backoff, consumes
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore
 from cleanup.telemetry import log
 from schemas.settings import Settings

@@ -21,8 +21,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from cleanup.core.retry_in_place import InPlaceBatch
 from cleanup.exceptions import CleanupError
-from cleanup.inplace import InPlaceBatch
 from cleanup.streams.checkpoint_table import ensure_table, table_call, table_call_or_gone
 from cleanup.telemetry import log
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cleanup.core.retry_in_place import Backoff, InPlaceBatch, consumes
 from cleanup.exceptions import LeaseLostError, StopRequested, StreamNotFoundError, TransientError
-from cleanup.inplace import Backoff, InPlaceBatch, consumes
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists

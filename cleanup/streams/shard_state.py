@@ -1,7 +1,7 @@
 """The stream poller's per-shard state, its summary, and what it does with one attempt at a shard's batch.
 
-The batch is retried in place by the core (``cleanup.inplace``): the records not clean yet are run again, the
-checkpoint stops at the last record before the first of them, and a record is given up (dead-lettered) on its
+The batch is retried in place by the core (``cleanup.core.retry_in_place``): the records not clean yet are run again,
+the checkpoint stops at the last record before the first of them, and a record is given up (dead-lettered) on its
 MAX_RECORD_ATTEMPTS-th permanent failure or once it has been failing for MAX_RECORD_RETRY_SECONDS. With no dead-letter
 queue a record given up holds its shard, which says so on every attempt.
 
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.retry import Deadline
-from cleanup.inplace import InPlaceBatch
+from cleanup.core.retry_in_place import InPlaceBatch
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from moto.server import ThreadedMotoServer
 
+from cleanup.application_contract import DEFAULT_NAMES
 from cleanup.expiry.convention import membership_item
-from cleanup.expiry.write_path import DEFAULT_NAMES
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -167,7 +167,7 @@ def membership(
     room: str, connection_id: str, *, user_id: str, shard: int, session_id: str | None = None
 ) -> dict[str, Any]:
     """The registry item of one membership (AttributeValue form), expiring a little after API Gateway's cap: the
-    write path's convention (``cleanup.expiry.write_path.join_room``) and the user's id; without ``session_id``, a
+    write path's convention (``cleanup.application_contract.join_room``) and the user's id; without ``session_id``, a
     membership that names no session."""
     item = membership_item(
         room,

@@ -1,0 +1,290 @@
+"""The one core every entry point uses: ``outcomes = run_batch(records, runtime, deadline)``.
+
+``run_batch`` is the entry: it cleans the batch (``process_batch``), sends what must go to the dead-letter queue, and
+logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan -> act ->
+outcome, per record, records concurrently on a bounded I/O pool. Records of the same item key keep their stream
+order: they run one after another on one worker, and once one of them fails the later ones are not executed and are
+reported failed too, so a retry replays them in order.
+
+Every destructive call of a record goes through its ``Fence`` (``cleanup.core.fence``): a fresh read of the live item in
+SESSION_TABLE, positively understood, or the resource is kept. Those reads and the scratch deletions of the records
+being cleaned at the same moment go in shared requests (``cleanup.aws.batch_calls``: BatchGetItem, and DeleteObjects
+of several sessions' keys), each record answered for its own part.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+
+from cleanup.aws.batch_calls import BatchCalls
+from cleanup.aws.coalesce import READ, Batchmates
+from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
+from cleanup.core.classify import Decision, classify, item_key
+from cleanup.core.fence import Fence, Reader, Reading
+from cleanup.core.plan import Step, execute, plan
+from cleanup.core.region import here
+from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
+from cleanup.queues.backlog import defer
+from cleanup.queues.deadletter import dead_letter
+from cleanup.runtime import Runtime
+from cleanup.telemetry import log, log_outcomes
+from schemas.outcomes import ActionResult, Outcome, Status
+from schemas.records import StreamRecord, UnreadableRecord
+from schemas.session import Session
+from schemas.settings import CleanupMode
+
+Incoming = StreamRecord | UnreadableRecord
+
+
+def run_batch(
+    records: Sequence[Incoming],
+    runtime: Runtime,
+    deadline: Deadline | None = None,
+    *,
+    attempts: Mapping[str, int] | None = None,
+    give_up: Callable[[Outcome], bool] | None = None,
+    backlog: bool = True,
+    held: str | None = None,
+) -> list[Outcome]:
+    """Process a batch, dead-letter its permanent failures, and log and count every outcome.
+
+    Args:
+        records: the batch, in stream order.
+        runtime: the process's runtime.
+        deadline: when the batch must be answered by.
+        attempts: how many times each record has now been tried (in its dead-letter message; once when not given).
+        give_up: for consumers that retry in place (``cleanup.core.retry_in_place``): which failed records to
+            dead-letter now, permanent or not. Without it (Lambda, whose own retries come later) every permanent
+            failure, at once.
+        backlog: whether transient failures go to BACKLOG_QUEUE_URL (when set); False for the backlog's own drain.
+        held: why nothing may be cleaned now (the kill switch's pause): every session record then fails, untouched,
+            and goes to the backlog with all its actions left; the others are skipped as always.
+    """
+    deadline = deadline or Deadline()
+    outcomes = process_batch(records, runtime, deadline) if held is None else _held(records, runtime, held)
+    due = None if give_up is None else {o.sequence_number for o in outcomes if o.failed and give_up(o)}
+    # Reporting may use half the margin the deadline keeps before the invocation's end: the rest is for answering.
+    reporting = deadline.extended(SAFETY_MARGIN_SECONDS / 2)
+    outcomes = dead_letter(outcomes, records, runtime, only=due, attempts=attempts, deadline=reporting)
+    # The backlog hook: what could only wait (a quota, time) leaves the stream for the backlog queue, with its
+    # actions left (cleanup.queues.backlog); records given up on above are dead-lettered, not deferred.
+    if backlog:
+        outcomes = defer(outcomes, records, runtime, deadline=reporting)
+    log_outcomes(outcomes)
+    runtime.metrics.record_outcomes(outcomes)
+    runtime.metrics.flush()
+    return outcomes
+
+
+def _held(records: Sequence[Incoming], runtime: Runtime, why: str) -> list[Outcome]:
+    """Outcomes of records that must not be cleaned now: a session's record fails (transient), with nothing done."""
+    outcomes = []
+    for record in records:
+        if isinstance(record, UnreadableRecord):
+            outcomes.append(process_record(record, runtime, Deadline()))
+            continue
+        try:
+            decision = classify(record, runtime.settings)
+        except CleanupError as exc:  # a record that cannot be read is dead-lettered, as when cleaning
+            outcomes.append(_failure(record, str(exc), permanent=isinstance(exc, PermanentError)))
+            continue
+        if decision.session is None:
+            outcomes.append(_outcome(record, decision, Status.SKIPPED))
+        else:
+            outcomes.append(_outcome(record, decision, Status.FAILED, error=why))
+    return outcomes
+
+
+def process_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadline | None = None) -> list[Outcome]:
+    """One outcome per record, in the records' order."""
+    deadline = deadline or Deadline()
+    groups: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        key = item_key(record) if isinstance(record, StreamRecord) else f"unreadable#{index}"
+        groups.setdefault(key, []).append(index)
+    outcomes: list[Outcome | None] = [None] * len(records)
+    queue = deque(groups.values())
+    workers = min(len(queue), runtime.settings.max_concurrency)
+    calls = BatchCalls(runtime, Batchmates(workers))
+
+    def work() -> None:
+        # Each worker takes the next item's records until none are left: one thread per item at a time, in order.
+        with calls.mates.worker():
+            while True:
+                try:
+                    indexes = queue.popleft()
+                except IndexError:
+                    return
+                _run_group(records, indexes, outcomes, runtime, deadline, calls)
+
+    if workers <= 1:
+        work()
+    else:
+        for future in [runtime.executor.submit(work) for _ in range(workers)]:
+            future.result()
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _run_group(
+    records: Sequence[Incoming],
+    indexes: list[int],
+    outcomes: list[Outcome | None],
+    runtime: Runtime,
+    deadline: Deadline,
+    calls: BatchCalls,
+) -> None:
+    """The records of one item, in stream order; once one fails, the later ones are reported, not executed."""
+    blocker: Outcome | None = None
+    for index in indexes:
+        record = records[index]
+        if blocker is not None:
+            outcomes[index] = _blocked(record, blocker)
+            continue
+        outcome = process_record(record, runtime, deadline, calls)
+        calls.mates.head(READ)  # the next record starts with its read
+        outcomes[index] = outcome
+        if outcome.failed:
+            blocker = outcome
+
+
+def process_record(record: Incoming, runtime: Runtime, deadline: Deadline, calls: BatchCalls | None = None) -> Outcome:
+    """Clean one record's session. Any error becomes a failed outcome: this is the per-record boundary."""
+    if isinstance(record, UnreadableRecord):
+        return Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error=record.error, permanent=True)
+    try:
+        return _clean(record, runtime, deadline, calls or BatchCalls(runtime))
+    except CleanupError as exc:
+        return _failure(record, str(exc), permanent=isinstance(exc, PermanentError))
+    except Exception as exc:  # a bug must not lose the record: report it, and dead-letter it
+        log.exception("unexpected error", extra={"sequenceNumber": record.sequence_number})
+        return _failure(record, f"internal error: {type(exc).__name__}: {exc}", permanent=True)
+
+
+def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls) -> Outcome:
+    decision = classify(record, runtime.settings, here(runtime))
+    if decision.session is None:
+        if decision.elsewhere is not None:  # a worker per region of a global table: that region cleans it
+            runtime.metrics.count("SessionsElsewhere", "Region", decision.elsewhere)
+        return _outcome(record, decision, Status.SKIPPED)
+    fence = Fence(_reader(record, runtime, calls))
+    steps = plan(decision.session, runtime, fence, calls)
+    dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
+    done = _act(steps, runtime, deadline, fence, dry_run=dry_run)
+    results = tuple(done[id(step)] for step in steps)  # reported in plan order
+    failures = [result for result in results if not result.ok]
+    if fence.stopped is not None:
+        return _outcome(record, decision, Status.FAILED, results, error=fence.stopped)
+    if not failures:
+        return _outcome(record, decision, Status.PLANNED if dry_run else Status.CLEANED, results)
+    return _outcome(
+        record,
+        decision,
+        Status.FAILED,
+        results,
+        error="; ".join(f"{result.action}: {result.error}" for result in failures),
+        permanent=any(result.permanent for result in failures),
+    )
+
+
+def _act(
+    steps: list[Step], runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool
+) -> dict[int, ActionResult]:
+    """Each step's result, by ``id(step)``.
+
+    Steps go by their kind's ``phase``. The scratch data goes first (a user back while the grant is retired,
+    seconds under a KMS quota, finds a re-created session's data whole), each page on a read of its own. Then the
+    ``together`` kinds, the socket and the grant, are freed together on one read, the grant beside the socket
+    (``Runtime.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
+    Whatever follows a destructive call, or retries a step, reads again.
+    A dry run plans the steps one after another.
+    """
+    ordered = sorted(steps, key=lambda step: step.kind.phase)
+    for step in [] if dry_run else steps:
+        if step.prepare is not None:
+            step.prepare(deadline)  # a grant's name, read beside the first calls (``cleanup.actions.grant``)
+    started: set[int] = set()
+    beside: dict[int, Future[ActionResult]] = {}
+
+    def launch(reading: Reading) -> None:
+        for step in ordered:
+            if step.kind.together and step.run is not None and id(step) not in started | beside.keys():
+                fence.allow_once(step.action, reading)
+                beside[id(step)] = runtime.side_executor.submit(execute, step, runtime, deadline, fence)
+
+    done: dict[int, ActionResult] = {}
+    for step in ordered:
+        if id(step) in beside:
+            continue
+        if step.kind.together and not dry_run:
+            fence.on_next_permit(launch)  # this step's first call takes the other ``together`` kinds' along
+        started.add(id(step))
+        done[id(step)] = execute(step, runtime, deadline, fence, dry_run=dry_run)
+        fence.on_next_permit(None)
+    for key, future in beside.items():
+        done[key] = future.result()
+    return done
+
+
+def _reader(record: StreamRecord, runtime: Runtime, calls: BatchCalls) -> Reader | None:
+    """The fence's reader of the live item under ``record``'s key, in SESSION_TABLE (None: RACE_CHECK=false)."""
+    if not runtime.settings.race_check:
+        return None
+    # SESSION_TABLE, always: a record's own table is what it claims, not what is checked. A Lambda mapping names its
+    # table in eventSourceARN, which classify takes as SESSION_TABLE when the setting is absent.
+    table = runtime.settings.session_table or record.table
+    if not table:
+        raise MissingConfigError(
+            "cannot check for a reconnected session: set SESSION_TABLE (or RACE_CHECK=false, if keys are never reused)"
+        )
+
+    def read(deadline: Deadline, then: str | None) -> Session | None:
+        return calls.live(table, record.keys, deadline, then)
+
+    return read
+
+
+def _outcome(
+    record: StreamRecord,
+    decision: Decision,
+    status: Status,
+    actions: tuple[ActionResult, ...] = (),
+    *,
+    error: str | None = None,
+    permanent: bool = False,
+) -> Outcome:
+    session = decision.session
+    return Outcome(
+        sequence_number=record.sequence_number,
+        status=status,
+        event_id=record.event_id,
+        event_name=record.event_name,
+        key=decision.key,
+        reason=decision.reason,
+        skip_reason=decision.skip_reason,
+        tenant_id=session.tenant_id if session else None,
+        ttl_lag_seconds=decision.ttl_lag_seconds,
+        actions=actions,
+        error=error,
+        permanent=permanent,
+    )
+
+
+def _failure(record: StreamRecord, error: str, *, permanent: bool) -> Outcome:
+    return Outcome(
+        sequence_number=record.sequence_number,
+        status=Status.FAILED,
+        event_id=record.event_id,
+        event_name=record.event_name,
+        key=item_key(record),
+        error=error,
+        permanent=permanent,
+    )
+
+
+def _blocked(record: Incoming, blocker: Outcome) -> Outcome:
+    error = f"not attempted: an earlier record of the same item ({blocker.sequence_number}) failed"
+    if isinstance(record, UnreadableRecord):
+        return Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error=error)
+    return _failure(record, error, permanent=False)

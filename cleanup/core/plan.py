@@ -1,0 +1,88 @@
+"""Planning a session's cleanup into steps, and carrying them out (or, in a dry run, describing them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cleanup.actions.api import Context, Holding, Run, Step
+from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.core.fence import Fence
+from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
+from cleanup.runtime import Runtime
+from schemas.outcomes import ActionResult, ActionStatus
+from schemas.session import Session
+
+if TYPE_CHECKING:
+    from cleanup.aws.batch_calls import BatchCalls
+
+__all__ = ["Run", "Step", "execute", "plan"]
+
+
+def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
+    """The steps that free ``session``'s resources, each enabled action kind's in ACTIONS's order (by default: close
+    its socket, retire its grant, delete its scratch data, and, with a registry, remove its connection's room
+    memberships).
+
+    Every destructive call of every step goes through ``fence`` (``cleanup.core.fence``). With ``calls``, scratch pages
+    are deleted together with those of the batch's other records.
+    """
+    context = Context(runtime, fence, calls)
+    return [step for kind in runtime.kinds for step in kind.plan(session, context)]
+
+
+def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool = False) -> ActionResult:
+    """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result.
+
+    Its destructive calls go through ``fence``, which keeps what the live item under the same key holds (the step is
+    then "kept"). A dry run asks the fence what it would keep, and frees nothing.
+    """
+    run = step.preview if dry_run else step.run
+    retried = _retried(runtime, step, fence)
+    try:
+        # A step that will not run (refused, or only planned) is still "kept" when the live session holds it.
+        if step.refusal is not None or dry_run or run is None:
+            held = call_with_retry(lambda: _verdict(step, fence, deadline), runtime.settings, deadline, retried)
+            if held is Holding.HELD:
+                return ActionResult(action=step.action, status=ActionStatus.KEPT, detail=_HELD)
+        if step.refusal is not None:
+            return _failed(step, step.refusal, refused=True)
+        if run is None:
+            return ActionResult(action=step.action, status=ActionStatus.PLANNED, detail=step.detail)
+        status, counts = call_with_retry(lambda: run(deadline), runtime.settings, deadline, on_retry=retried)
+    except NowHeldError:
+        return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={**step.detail, **_HELD})
+    except CleanupError as exc:
+        fence.stale()
+        return _failed(step, exc)
+    return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
+
+
+_HELD = {"heldBy": "live session"}
+
+
+def _verdict(step: Step, fence: Fence, deadline: Deadline) -> Holding:
+    held = fence.verdict(step.kind, step.resource, step.location, deadline)
+    live = fence.live()
+    if held is Holding.UNKNOWN and live is not None:
+        raise step.kind.unknown(step.resource, live)
+    return held
+
+
+def _retried(runtime: Runtime, step: Step, fence: Fence) -> Callable[[BaseException], None]:
+    def on_retry(exc: BaseException) -> None:
+        fence.stale()  # a retried step reads the live item again before its next destructive call
+        runtime.metrics.count("Retries", "Action", step.action)
+
+    return on_retry
+
+
+def _failed(step: Step, exc: CleanupError, refused: bool = False) -> ActionResult:
+    detail = {**step.detail, "refused": True} if refused else step.detail
+    return ActionResult(
+        action=step.action,
+        status=ActionStatus.FAILED,
+        detail=detail,
+        error=str(exc),
+        permanent=isinstance(exc, PermanentError),
+    )

@@ -1,0 +1,243 @@
+"""The reconnect race: a session deleted and then recreated under the same key must keep its live resources.
+
+Before acting, the worker reads the item that now has the deleted item's key (a consistent read, batched with the
+reads of the other records cleaned at the same moment: ``read_live_items``). The read goes to this region's table;
+on a global table it is strongly consistent only with the writes made in this region, which is why there a session
+is cleaned only in the region that owns it (``cleanup.core.region``, GLOBAL_TABLE). Whatever the live item still holds
+is left alone: the same connection (and its room memberships in the registry), the same grant, and scratch data whose
+location overlaps the old prefix at all.
+
+The live item's ``scratchPrefix`` is compared by where it points, never by how it is spelled, and without the guard's
+rules: the guard decides what the worker may delete, while here the question is what the live session may still be
+using, which the guard's verdict on its prefix does not answer. Every plausible reading of the live prefix is taken
+(as written, percent-decoded, with backslashes as ``/``, with ``.`` and ``..`` segments resolved), and the old prefix
+is kept if any of them overlaps it, in either direction. A live prefix that names no S3 location at all (another URL
+scheme, an ``s3://`` URI without a bucket) cannot be compared: the old prefix is then kept too, and the step fails
+permanently, naming both, so that a person decides. A live session's data is never deleted on a guess.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import random
+import time
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from cleanup.actions.api import Holding as Holding  # the race rule's verdict, defined by the action API
+from cleanup.aws.calls import call
+from cleanup.aws.coalesce import Part
+from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
+from cleanup.aws.retry import Deadline
+from cleanup.core.guard import ScratchLocation
+from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
+from schemas.attributes import AttributeDecodeError, decode_image
+from schemas.session import Session, SessionItemError
+from schemas.settings import AttributeNames
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import KeysAndAttributesTypeDef
+
+
+BATCH_KEYS = 100  # BatchGetItem's limit
+SAFETY_SECONDS = CONNECT_TIMEOUT_SECONDS + MIN_READ_SECONDS  # what a call needs after the wait
+UNPROCESSED_ROUNDS = 8  # BatchGetItem calls for the keys DynamoDB left unprocessed, backing off, within the deadline
+UNPROCESSED_BACKOFF_SECONDS = (0.05, 1.0)  # the first wait, and the longest
+
+
+def read_live_items(
+    dynamodb: DynamoDBClient,
+    table: str,
+    parts: list[Part[dict[str, Any], Session | None]],
+    names: AttributeNames,
+    deadline: Deadline,
+    extra: tuple[str, ...] = (),
+) -> None:
+    """Answer each part (an item key, in client form) with the item now under it in ``table``, or None if none.
+
+    One consistent BatchGetItem for at most BATCH_KEYS keys (parts naming the same key share it), and again for the
+    keys DynamoDB leaves unprocessed, backing off, within ``deadline``. A request that fails for good while carrying
+    several keys (one hostile key fails a whole BatchGetItem) is made again key by key, so that only the part whose
+    key is at fault fails.
+
+    ``extra``: attributes read besides the session's resources (reconcile reads ``ttl``).
+
+    Parts are answered with ``Part.fail``: TransientError / PermanentError when the read failed, BadRecordError when
+    the live item's session attributes cannot be read (nothing may then be freed).
+    """
+    by_key: dict[str, list[Part[dict[str, Any], Session | None]]] = {}
+    for part in parts:
+        by_key.setdefault(key_id(part.item), []).append(part)
+    try:
+        _read(dynamodb, table, by_key, names, deadline, extra)
+    except PermanentError:
+        if len(by_key) == 1:
+            raise
+        for one in by_key.values():
+            try:
+                _read(dynamodb, table, {key_id(one[0].item): one}, names, deadline, extra)
+            except CleanupError as exc:
+                for part in one:
+                    part.fail(exc)
+
+
+def _read(
+    dynamodb: DynamoDBClient,
+    table: str,
+    by_key: dict[str, list[Part[dict[str, Any], Session | None]]],
+    names: AttributeNames,
+    deadline: Deadline,
+    extra: tuple[str, ...] = (),
+) -> None:
+    key_names = sorted({name for parts in by_key.values() for name in parts[0].item})
+    resources = [names.connection_id, names.grant_id, names.scratch_prefix, names.tenant_id]
+    wanted = dict.fromkeys([*key_names, *resources, *extra])
+    aliases = {f"#a{i}": name for i, name in enumerate(wanted)}
+    projection = ", ".join(aliases)
+    pending = {ident: parts[0].item for ident, parts in by_key.items()}
+    for attempt in range(UNPROCESSED_ROUNDS):
+        keys: KeysAndAttributesTypeDef = {
+            "Keys": list(pending.values()),
+            "ConsistentRead": True,
+            "ProjectionExpression": projection,
+            "ExpressionAttributeNames": aliases,
+        }
+        response = call(dynamodb.batch_get_item, "BatchGetItem", deadline, RequestItems={table: keys})
+        unmatched = False
+        for item in _items(response, table):
+            ident = key_id({name: item[name] for name in key_names if name in item})
+            if pending.pop(ident, None) is None:
+                unmatched = True  # an answer for no key asked: which key it answers is unknown, so none is trusted
+                continue
+            _answer(by_key[ident], item, names)
+        unprocessed = _unprocessed(response, table)
+        for ident in [ident for ident in pending if ident not in unprocessed]:
+            missing = TransientError("BatchGetItem answered an item that matches no key asked; nothing is freed")
+            for part in by_key.pop(ident):
+                if unmatched:
+                    part.fail(missing)
+                else:
+                    part.answer(None)
+            del pending[ident]
+        if not pending:
+            return
+        _back_off(attempt, deadline, len(pending))
+    raise TransientError(f"BatchGetItem: {len(pending)} keys still unprocessed after {UNPROCESSED_ROUNDS} calls")
+
+
+def _items(response: Mapping[str, Any], table: str) -> list[dict[str, Any]]:
+    """The items a BatchGetItem answer holds for ``table``; an answer that does not name the table under
+    ``Responses`` (a truncated body read as ``{}``, a garbled one) cannot tell whether a session is live."""
+    responses = response.get("Responses")
+    items = responses.get(table) if isinstance(responses, Mapping) else None
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise TransientError(f"BatchGetItem answered without {table!r} under Responses: cannot tell; nothing is freed")
+    return items
+
+
+def _unprocessed(response: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """The keys of ``table`` DynamoDB left unprocessed, by ``key_id``; a garbled entry cannot tell which keys are."""
+    left = response.get("UnprocessedKeys") or {}
+    keys = left.get(table, {}).get("Keys", []) if isinstance(left, Mapping) else None
+    if not isinstance(keys, list) or not all(isinstance(key, dict) for key in keys):
+        raise TransientError(f"BatchGetItem answered a garbled UnprocessedKeys for {table!r}: cannot tell")
+    return {key_id(key): key for key in keys}
+
+
+def _answer(parts: list[Part[dict[str, Any], Session | None]], item: dict[str, Any], names: AttributeNames) -> None:
+    try:
+        live = Session.from_image(decode_image(item, "LiveItem"), names)
+    except (AttributeDecodeError, SessionItemError) as exc:
+        unreadable = BadRecordError(f"live item under the same key is unreadable: {exc}")
+        for part in parts:
+            part.fail(unreadable)
+        return
+    for part in parts:
+        part.answer(live)
+
+
+def _back_off(attempt: int, deadline: Deadline, left: int) -> None:
+    first, longest = UNPROCESSED_BACKOFF_SECONDS
+    wait = random.uniform(0, min(longest, first * 2**attempt))
+    if deadline.remaining() <= wait + SAFETY_SECONDS:
+        raise OutOfTimeError(f"BatchGetItem: {left} keys unprocessed and no time left to ask again")
+    time.sleep(wait)
+
+
+def key_id(keys: dict[str, Any]) -> str:
+    """An item key (client form, or as a response carries it) as text equal for equal keys: numbers compared by
+    value (``1.50`` is ``1.5``), binary by its bytes."""
+    canonical = {}
+    for name, value in keys.items():
+        if isinstance(value, dict) and len(value) == 1:
+            ((kind, raw),) = value.items()
+            if kind == "N" and isinstance(raw, str):
+                raw = _number(raw)
+            elif isinstance(raw, bytes | bytearray):
+                raw = base64.b64encode(raw).decode()
+            value = {kind: raw}
+        canonical[name] = value
+    return json.dumps(canonical, sort_keys=True, default=str)
+
+
+def _number(text: str) -> str:
+    try:
+        return str(Decimal(text).normalize())
+    except (InvalidOperation, ValueError):
+        return text
+
+
+def client_keys(keys: dict[str, Any]) -> dict[str, Any]:
+    """Stream-record keys (binary as base64 text) in the form boto3's client sends (binary as bytes)."""
+    converted = {}
+    for name, value in keys.items():
+        if isinstance(value, dict) and isinstance(value.get("B"), str):
+            value = {"B": base64.b64decode(value["B"])}
+        converted[name] = value
+    return converted
+
+
+def scratch_holding(old: ScratchLocation, live_prefix: str, bucket: str) -> Holding:
+    """Whether a live ``scratchPrefix`` may overlap ``old``, under any reading of it."""
+    readings = live_readings(live_prefix, bucket)
+    if readings is None:
+        return Holding.UNKNOWN
+    return Holding.HELD if any(overlaps(old, reading) for reading in readings) else Holding.FREE
+
+
+def live_readings(prefix: str, bucket: str) -> set[ScratchLocation] | None:
+    """Every location a live item's ``scratchPrefix`` may mean, or None when it names no S3 location at all."""
+    if prefix.startswith("s3://"):
+        bucket, _, key = prefix[len("s3://") :].partition("/")
+        if not bucket:
+            return None
+    elif "://" in prefix or prefix.startswith("arn:"):
+        return None
+    else:
+        key = prefix
+    keys = {key, unquote(key), key.replace("\\", "/")}
+    keys |= {_resolved(text) for text in keys}
+    keys |= {text.lstrip("/") for text in keys}
+    return {ScratchLocation(bucket.lower(), text) for text in keys}
+
+
+def overlaps(a: ScratchLocation, b: ScratchLocation) -> bool:
+    """Whether some key lies under both prefixes: same bucket, and one prefix starts with the other."""
+    if a.bucket.lower() != b.bucket.lower():
+        return False
+    return a.prefix.startswith(b.prefix) or b.prefix.startswith(a.prefix)
+
+
+def _resolved(key: str) -> str:
+    """``key`` with ``.``, ``..`` and empty segments resolved, as a path-minded writer may have meant it."""
+    if not key:
+        return key
+    resolved = posixpath.normpath(key)
+    if resolved == ".":
+        return ""
+    return resolved + "/" if key.endswith("/") and not resolved.endswith("/") else resolved

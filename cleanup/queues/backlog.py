@@ -1,0 +1,159 @@
+"""The backlog: records whose cleanup could only wait, kept in a durable queue instead of the stream.
+
+A record whose cleanup did not finish only for want of a quota's turn or of time (a transient failure; with
+QUOTA_WAIT_SECONDS set, a RetireGrant with no turn within it) goes to BACKLOG_QUEUE_URL, with the actions it has
+left, and counts as handled (``Status.DEFERRED``): the stream moves on, and the next records' sockets and scratch data
+are freed at their own pace, not at the grant quota's. What was done stays done. The queue keeps a message 14 days,
+where a stream keeps a record 24 hours, and ``worker.backlog`` drains it through the same core, at the learnt rate:
+the live item is read again before every destructive call, however late.
+
+A message is the dead-letter message (``cleanup.queues.deadletter``: the record cut to what cleaning needs, or, when too
+large, the claim-check object naming it) with ``remaining``, the actions left, and its integrity tag over all of it
+(``cleanup.queues.integrity``). Only when SQS has accepted it is the record handled; else it stays failed and is
+reported, and the stream delivers it again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from cleanup.actions.api import ActionKind
+from cleanup.actions.loading import DEFAULT, load_kinds
+from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.exceptions import CleanupError, MessageFormatError
+from cleanup.queues.deadletter import MESSAGE_FORMAT, batches, letter, message_body, send_batch
+from cleanup.telemetry import log
+from schemas.outcomes import ActionStatus, Outcome, Status
+from schemas.records import StreamRecord, UnreadableRecord
+from schemas.settings import AttributeNames, CleanupMode
+
+if TYPE_CHECKING:
+    from cleanup.runtime import Runtime
+
+ACTIONS = tuple(DEFAULT.split(","))
+"""The default actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
+
+
+def defer(
+    outcomes: list[Outcome],
+    records: Sequence[StreamRecord | UnreadableRecord],
+    runtime: Runtime,
+    *,
+    deadline: Deadline,
+) -> list[Outcome]:
+    """Send each transient failure to BACKLOG_QUEUE_URL (when set); returns the outcomes, those sent ``DEFERRED``."""
+    queue = runtime.settings.backlog_queue_url
+    pending = [i for i, outcome in enumerate(outcomes) if _deferrable(outcome, records[i])]
+    if not queue or not pending or runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
+        return outcomes
+    try:
+        limit = call_with_retry(lambda: runtime.message_limit(queue, deadline), runtime.settings, deadline)
+    except CleanupError as exc:
+        log.error("backlog queue's message size unknown; the records stay failed", extra={"error": str(exc)})
+        return outcomes
+    letters = []
+    for index in pending:
+        body = backlog_body(
+            outcomes[index], records[index], names=runtime.settings.attributes, actions=_names(runtime.kind_classes)
+        )
+        if deadline.remaining() > 0 and (made := letter(index, body, runtime, limit, deadline)):
+            letters.append(made)
+    result = list(outcomes)
+    for batch in batches(letters):
+        if deadline.remaining() <= 0:
+            break  # the rest stay failed: the stream delivers them again
+        for index in send_batch(runtime, queue, batch, deadline):
+            result[index] = outcomes[index].model_copy(update={"status": Status.DEFERRED})
+    return result
+
+
+def _deferrable(outcome: Outcome, record: StreamRecord | UnreadableRecord) -> bool:
+    return outcome.failed and not outcome.permanent and isinstance(record, StreamRecord)
+
+
+def _names(kinds: Sequence[type[ActionKind]]) -> tuple[str, ...]:
+    return tuple(kind.name for kind in kinds)
+
+
+def backlog_body(
+    outcome: Outcome,
+    record: StreamRecord | UnreadableRecord,
+    *,
+    names: AttributeNames | None = None,
+    actions: Sequence[str] = ACTIONS,
+) -> str:
+    """The (untagged) dead-letter message of the record, with ``remaining``: the actions not done (all ``actions``,
+    when none ran).
+
+    A step "kept" in a failed record is left too: the fence may have stopped it (the session came back while it was
+    cleaned), and its next run reads the live item again, keeping it if it is still held.
+    """
+    message = json.loads(message_body(outcome, record, names=names))
+    done = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
+    left = [action.action for action in outcome.actions if action.status not in done]
+    message["remaining"] = left or list(actions)
+    return json.dumps(message, default=str)
+
+
+def load_message(body: str) -> dict[str, Any]:
+    """A backlog message as a JSON object (its integrity is checked next, then :func:`remaining_actions`).
+
+    Raises:
+        MessageFormatError: not JSON, or not a backlog message.
+    """
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise MessageFormatError(f"the backlog message is not JSON: {exc}") from exc
+    if not isinstance(message, dict) or message.get("format") != MESSAGE_FORMAT:
+        raise MessageFormatError("not a backlog message")
+    return message
+
+
+def remaining_actions(message: dict[str, Any], known: Sequence[str] = ACTIONS) -> list[str]:
+    """The actions a backlog message has left, each one this worker knows (``known``: its ACTIONS).
+
+    Raises:
+        MessageFormatError: none, or one that is not an action's name (whatever its JSON type).
+    """
+    remaining = message.get("remaining")
+    if not isinstance(remaining, list) or not remaining or not all(name in known for name in remaining):
+        raise MessageFormatError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
+    return [str(name) for name in remaining]
+
+
+def only_remaining(
+    raw: dict[str, Any], remaining: list[str], names: AttributeNames, kinds: Sequence[type[ActionKind]] | None = None
+) -> dict[str, Any]:
+    """The record with its old image cut to what the actions left need, so that the done ones are not done again.
+
+    A done kind's owned attributes are dropped, unless a kind left reads one of them (the registry's step needs the
+    connection's id: the connection's are kept while it is left). Only a DynamoDB record's ``OldImage`` is cut, and
+    only while it keeps a session attribute (a kind left that owns none, as one freeing other rows of the partition,
+    still needs the record to be a session's); any other record is returned as it is (every action is idempotent: a
+    done one answers "already done").
+    """
+    image = raw.get("dynamodb", {}).get("OldImage") if isinstance(raw.get("dynamodb"), dict) else None
+    if not isinstance(image, dict):
+        return raw
+    kinds = kinds if kinds is not None else load_kinds(",".join(ACTIONS))
+    left = [kind for kind in kinds if kind.name in remaining]
+    needed = {field for kind in left for field in (*kind.owns, *kind.reads)}
+    drop = [
+        getattr(names, field)
+        for kind in kinds
+        if kind.name not in remaining and not needed & set(kind.owns)
+        for field in kind.owns
+    ]
+    keys = raw["dynamodb"].get("Keys")
+    kept = set(keys) if isinstance(keys, dict) else set()  # a key attribute (ATTR_CONNECTION_ID=pk) stays: the
+    cut = copy.deepcopy(raw)  # record's Keys must still be its image's, and its action is done again, idempotently
+    for name in drop:
+        if name not in kept:
+            cut["dynamodb"]["OldImage"].pop(name, None)
+    if not any(name in cut["dynamodb"]["OldImage"] for name in names.resources):
+        return raw  # cut to no session attribute, the record would no longer be a session's: done ones answer "done"
+    return cut
