@@ -6,8 +6,6 @@ from __future__ import annotations
 import itertools
 import time
 
-import pytest
-
 from cleanup.aws.rate import Rate
 
 
@@ -64,57 +62,3 @@ def test_no_turn_is_given_past_the_deadline() -> None:
     given = [turn for turn in turns if turn is not None]
     assert given and len(given) < len(turns)
     assert all(turn <= now + 1.0 for turn in given)
-
-
-class Clock:
-    """A monotonic clock the test moves by hand (``cleanup.aws.rate`` reads its ``time.monotonic``)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def answer(self, rate: Rate, accepted: int, throttled: int) -> None:
-        """Answers, now, to requests sent now: the accepted ones first."""
-        for refused in [False] * accepted + [True] * throttled:
-            rate.answered(self.now, throttled=refused)
-
-
-def test_at_a_low_quota_a_limit_grown_past_it_is_cut_before_it_throttles_as_much_as_it_admits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A quota of 5 a second (a token bucket holding one second's worth), and callers always waiting to send: every
-    # turn the rate gives is taken. Fewer than 20 answers come back in any second at that rate.
-    clock = Clock()
-    monkeypatch.setattr("cleanup.aws.rate.time", clock)
-    rate, quota = Rate("kms"), 5.0
-    clock.answer(rate, accepted=5, throttled=30)  # the first second, unpaced: a limit is set
-    tokens, counted, admitted, throttled = quota, clock.now, 0, 0
-    while admitted < 200:
-        turn = rate.reserve(clock.now + 60)
-        assert turn is not None
-        clock.now = turn
-        tokens, counted = min(quota, tokens + (turn - counted) * quota), turn
-        refused = tokens < 1.0
-        tokens -= 0.0 if refused else 1.0
-        admitted, throttled = admitted + (not refused), throttled + refused
-        rate.answered(turn, throttled=refused)
-
-    assert throttled <= 0.25 * admitted
-    assert admitted / (clock.now - 1000.0) >= 0.95 * quota
-
-
-def test_a_turn_given_before_a_cut_is_not_current(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = Clock()
-    monkeypatch.setattr("cleanup.aws.rate.time", clock)
-    rate = Rate("kms")
-    clock.answer(rate, accepted=20, throttled=30)
-    reserved = clock.now
-    queued = [rate.reserve(clock.now + 60) for _ in range(10)]  # spaced for the first limit
-    clock.now += 2.0
-    clock.answer(rate, accepted=2, throttled=30)  # cut again
-
-    assert all(turn is not None for turn in queued)
-    assert not rate.current(reserved)  # reserved again when it comes: the queue goes at the new spacing
-    assert rate.current(clock.now)
