@@ -109,7 +109,7 @@ def dated_iterator(
 
 def _service_time(answer: dict[str, Any]) -> float:
     try:
-        return parsedate_to_datetime(answer["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp()
+        return float(parsedate_to_datetime(answer["ResponseMetadata"]["HTTPHeaders"]["date"]).timestamp())
     except (KeyError, TypeError, ValueError):
         return time.time()
 
