@@ -17,7 +17,7 @@ FunctionResponseTypes say (a partial batch response naming every record would be
 without ReportBatchItemFailures, and the records would be lost). Each such failure spends one of the mapping's
 MaximumRetryAttempts; once they are spent the batch's range goes to the on-failure queue, and only ``cleanup-worker
 redrive`` brings it back, while the stream still holds it (24 h): that is why the template deploys a backlog. How
-long records wait so: README, "The kill switch".
+long records wait so: docs/operate.md, "The kill switch".
 """
 
 from __future__ import annotations

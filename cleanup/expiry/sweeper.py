@@ -116,7 +116,7 @@ def sweep(
         raise MissingConfigError(
             "the sweeper needs its expiry index: set EXPIRY_INDEX to the table's sparse index (partition key "
             f"{settings.attributes.expiry_bucket!r}, sort key {settings.attributes.ttl!r}), which the write-path "
-            "helpers maintain (README: The sweeper); without one, expiry is left to DynamoDB TTL"
+            "helpers maintain (docs/operate.md, 'The sweeper'); without one, expiry is left to DynamoDB TTL"
         )
     now = int(time.time()) if now is None else now
     deadline = deadline or Deadline()
@@ -215,8 +215,8 @@ def _query(runtime: Runtime, request: QueryInputTypeDef, deadline: Deadline) -> 
             table, index = request["TableName"], request.get("IndexName")
             raise MissingConfigError(
                 f"table {table!r} has no index {index!r}: create the sweeper's sparse index (partition key "
-                f"{runtime.settings.attributes.expiry_bucket!r}, sort key {runtime.settings.attributes.ttl!r}; README: "
-                "The sweeper), or set EXPIRY_INDEX to its name"
+                f"{runtime.settings.attributes.expiry_bucket!r}, sort key {runtime.settings.attributes.ttl!r}; "
+                "docs/operate.md, 'The sweeper'), or set EXPIRY_INDEX to its name"
             ) from exc
         raise
 

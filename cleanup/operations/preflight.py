@@ -139,7 +139,7 @@ def check_lifecycle(clients: Clients, target: Target) -> CheckResult:
     name = f"lifecycle backstop covers {target.scratch_root!r}"
     fix = (
         f"add enabled lifecycle rules with prefix {target.scratch_root!r}: Expiration Days, "
-        "NoncurrentVersionExpiration, ExpiredObjectDeleteMarker (README, 'Deploying to Lambda')"
+        "NoncurrentVersionExpiration, ExpiredObjectDeleteMarker (docs/lambda.md, 'Bring your own bucket')"
     )
     if not target.bucket or not _bucket_exists(clients, target.bucket):
         return CheckResult(name, False, "no bucket to check", "fix the bucket first")
