@@ -217,7 +217,8 @@ class Settings(BaseSettings):
     backlog_queue_url: str | None = None
     """BACKLOG_QUEUE_URL: SQS queue for records whose cleanup could only wait (a quota, or time running out on
     transient errors): each goes there with the actions it has left, and counts as handled; ``worker.backlog``
-    drains it. Unset: such records are reported failed and retried from the stream."""
+    drains it. Unset, or set without INTEGRITY_KEY_ID (the drain refuses untagged messages; ``check`` says so): such
+    records are reported failed and retried from the stream."""
     quota_wait_seconds: float | None = Field(default=None, ge=0)
     """QUOTA_WAIT_SECONDS: the longest a request waits for a turn at a throttling service's learnt rate; a request
     with no turn that soon is not sent and its record is deferred to the backlog. Unset: up to the deadline."""
@@ -484,6 +485,12 @@ class Settings(BaseSettings):
             f"({self.shutdown_grace_seconds:g}), the longest one attempt at a batch runs: shorter, the health check "
             "would restart a processor retrying a record before MAX_RECORD_RETRY_SECONDS could give it up"
         )
+
+    @property
+    def backlog_for_writing(self) -> str | None:
+        """BACKLOG_QUEUE_URL when records may be sent there: only with INTEGRITY_KEY_ID, since the drain refuses
+        (and keeps for an operator) every message it cannot verify; without it records stay in the stream instead."""
+        return self.backlog_queue_url if self.integrity_key_id else None
 
     @property
     def dead_letter_store(self) -> str | None:

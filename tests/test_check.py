@@ -12,7 +12,16 @@ from worker import check
 from worker.local.backend import create_registry_table
 
 CALLBACK = "https://abcdef1234.execute-api.us-east-1.amazonaws.com/prod"
-SETTINGS_ENV = ("SESSION_TABLE", "SCRATCH_BUCKET", "SCRATCH_ROOT", "KMS_KEY_ID", "WS_CALLBACK_URL", "ATTR_TTL")
+SETTINGS_ENV = (
+    "SESSION_TABLE",
+    "SCRATCH_BUCKET",
+    "SCRATCH_ROOT",
+    "KMS_KEY_ID",
+    "WS_CALLBACK_URL",
+    "ATTR_TTL",
+    "BACKLOG_QUEUE_URL",
+    "INTEGRITY_KEY_ID",
+)
 REGISTRY_ENV = ("REGISTRY_TABLE", "REGISTRY_CONNECTION_INDEX", "ATTR_REGISTRY_CONNECTION_ID")
 
 
@@ -250,6 +259,26 @@ def test_the_dead_letter_store_is_checked_when_a_queue_is_set(
     assert code == 1
     [line] = failures(lines)
     assert line.startswith("FAIL dead-letter objects outside the scratch root: no-such-dead-letter-bucket not found")
+
+
+@pytest.mark.parametrize("key", [None, "arn:aws:kms:us-east-1:123456789012:key/mac"])
+def test_a_backlog_without_the_integrity_key_fails_since_the_drain_would_refuse_its_messages(
+    stack: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    add_backstop(stack)
+    monkeypatch.setenv("BACKLOG_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/backlog")
+    if key:
+        monkeypatch.setenv("INTEGRITY_KEY_ID", key)
+
+    code, lines = run(stack, capsys)
+
+    tagged = [line for line in lines if "backlog messages tagged" in line]
+    if key:
+        assert (code, tagged) == (0, [f"ok   backlog messages tagged for the drain: {key}"])
+    else:
+        assert code == 1
+        assert tagged == failures(lines)
+        assert "BACKLOG_QUEUE_URL without INTEGRITY_KEY_ID -- fix: set INTEGRITY_KEY_ID" in tagged[0]
 
 
 def test_a_registry_with_its_connection_index_passes(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:

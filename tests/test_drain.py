@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
-from cleanup.queues.backlog import backlog_body
+from cleanup.queues.backlog import backlog_body, defer
 from cleanup.queues.backlog_drain import Message, clean
 from cleanup.queues.deadletter import stored_letter
 from cleanup.queues.integrity import seal
@@ -235,3 +235,24 @@ def test_a_dry_run_moves_no_refused_message(worker_env: SessionStack, backlog: s
     left = clean([refused], runtime, Deadline.after(30))
 
     assert left == [refused] and on_queue(backlog_dlq) == []
+
+
+@pytest.mark.parametrize("key", ["set", None])
+def test_a_record_is_deferred_only_to_a_backlog_whose_messages_the_drain_can_verify(
+    stack: SessionStack, key: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    stack.put_session("s1")
+    stack.delete("s1")
+    [record] = [read_record(raw) for raw in stack.new_records() if raw["eventName"] == "REMOVE"]
+    assert isinstance(record, StreamRecord)
+    queue = str(client("sqs").create_queue(QueueName=f"verifiable-{key}-{stack.table}")["QueueUrl"])
+    runtime = stack.runtime(backlog_queue_url=queue, **({} if key else {"integrity_key_id": None}))
+    waiting = Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="no turn")
+
+    [outcome] = defer([waiting], [record], runtime, deadline=Deadline.after(30))
+
+    if key:
+        assert outcome.status is Status.DEFERRED and len(on_queue(queue)) == 1
+    else:  # failed, so the stream delivers it again, rather than in a queue whose drain would refuse it
+        assert outcome.status is Status.FAILED and on_queue(queue) == []
+        assert "BACKLOG_QUEUE_URL is set without INTEGRITY_KEY_ID" in caplog.text

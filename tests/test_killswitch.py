@@ -341,3 +341,20 @@ def test_a_record_that_cannot_be_read_in_a_paused_batch_fails_alone(stack: Sessi
         (True, Status.FAILED, False),  # held for the backlog
         (False, Status.FAILED, True),  # reported (dead-lettered with a queue), the batch goes on
     ]
+
+
+def test_lambda_paused_with_a_backlog_but_no_integrity_key_leaves_the_batch_in_the_stream_not_in_a_queue_it_refuses(
+    stack: SessionStack, agent: LocalAgent
+) -> None:
+    """Untagged messages are refused by the drain (kept for a human): without INTEGRITY_KEY_ID nothing goes there."""
+    item = stack.put_session("s1")
+    stack.delete("s1")
+    backlog = str(client("sqs").create_queue(QueueName=f"untagged-{stack.table}")["QueueUrl"])
+    runtime = switched(stack, agent, backlog_queue_url=backlog, integrity_key_id=None)
+    agent.serve(flag(False))
+
+    with lambda_handler.warm.use(runtime), pytest.raises(PausedError):
+        lambda_handler.handler(stack.lambda_event(), None)
+
+    assert on_queue(backlog) == []  # the stream delivers the batch again once resumed
+    assert kept(stack, item)

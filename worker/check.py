@@ -63,6 +63,8 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         registry_attribute=settings.attributes.registry_connection_id,
         expiry_index=settings.expiry_index,
         expiry_bucket_attribute=settings.attributes.expiry_bucket,
+        backlog_queue_url=settings.backlog_queue_url,
+        integrity_key_id=settings.integrity_key_id,
     )
 
 

@@ -72,7 +72,7 @@ def hold(records: list[Incoming], runtime: Runtime, deadline: Deadline) -> dict[
     """
     runtime.metrics.count("PausedBatches")
     unknown = runtime.switch.unknown
-    if runtime.settings.backlog_queue_url:  # held durably (14 days), untouched, and drained once resumed
+    if runtime.settings.backlog_for_writing:  # held durably (14 days), untouched, and drained once resumed
         return batch_response(run_batch(records, runtime, deadline, held=UNKNOWN if unknown else PAUSED))
     if unknown and _wait_for_switch(runtime, deadline) is not Mode.PAUSED:
         return batch_response(run_batch(records, runtime, deadline))  # it answered in time: no retry spent

@@ -40,6 +40,8 @@ class Target:
     registry_attribute: str = "connectionId"
     expiry_index: str | None = None
     expiry_bucket_attribute: str = "expiryBucket"
+    backlog_queue_url: str | None = None
+    integrity_key_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,18 @@ def check_expiry_index(clients: Clients, target: Target) -> CheckResult | None:
     return CheckResult(name, True, f"{target.table}/{target.expiry_index}: {wanted['HASH']}, {wanted['RANGE']}")
 
 
+def check_backlog_integrity(clients: Clients, target: Target) -> CheckResult | None:
+    """With a backlog, its messages are tagged: the drain frees nothing from a message it cannot verify. Only said
+    when a backlog is configured."""
+    if not target.backlog_queue_url:
+        return None
+    name = "backlog messages tagged for the drain"
+    if not target.integrity_key_id:
+        fix = "set INTEGRITY_KEY_ID to the HMAC key (the template's IntegrityKey); until then nothing is deferred"
+        return CheckResult(name, False, "BACKLOG_QUEUE_URL without INTEGRITY_KEY_ID", fix)
+    return CheckResult(name, True, target.integrity_key_id)
+
+
 CHECKS: tuple[Check, ...] = (
     check_table,
     check_ttl,
@@ -280,6 +294,7 @@ CHECKS: tuple[Check, ...] = (
     check_dead_letter_store,
     check_registry,
     check_expiry_index,
+    check_backlog_integrity,
 )
 
 

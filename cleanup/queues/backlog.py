@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from cleanup.runtime import Runtime
 
 ACTIONS = tuple(DEFAULT.split(","))
+UNTAGGED = (
+    "BACKLOG_QUEUE_URL is set without INTEGRITY_KEY_ID: the drain would refuse every message sent there, so none is; "
+    "the records stay failed and the stream delivers them again (set INTEGRITY_KEY_ID to the template's HMAC key)"
+)
 """The default actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
 
 
@@ -45,9 +49,13 @@ def defer(
     deadline: Deadline,
 ) -> list[Outcome]:
     """Send each transient failure to BACKLOG_QUEUE_URL (when set); returns the outcomes, those sent ``DEFERRED``."""
-    queue = runtime.settings.backlog_queue_url
+    queue = runtime.settings.backlog_for_writing
     pending = [i for i, outcome in enumerate(outcomes) if _deferrable(outcome, records[i])]
-    if not queue or not pending or runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
+    if not pending or runtime.settings.cleanup_mode is CleanupMode.DRY_RUN:
+        return outcomes
+    if not queue:
+        if runtime.settings.backlog_queue_url:
+            log.error(UNTAGGED, extra={"records": len(pending)})
         return outcomes
     try:
         limit = call_with_retry(lambda: runtime.message_limit(queue, deadline), runtime.settings, deadline)
