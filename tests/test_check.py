@@ -104,7 +104,7 @@ def test_ttl_disabled_fails_with_the_command_that_enables_it(
 
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "TTL enabled on 'ttl'" in line and "update-time-to-live" in line
 
@@ -114,7 +114,7 @@ def test_ttl_on_another_attribute_fails(stack: SessionStack, capsys: pytest.Capt
 
     code, lines = run(stack, capsys, ttl_attribute="expiresAt")
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "TTL is on 'ttl'" in line and "ATTR_TTL=ttl" in line
 
@@ -127,7 +127,7 @@ def test_a_stream_without_the_old_image_fails(
 
     code, lines = run(stack, capsys, table_name=new_table(view))
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert line.startswith("FAIL stream enabled") and expected in line and "NEW_AND_OLD_IMAGES" in line
 
@@ -137,7 +137,7 @@ def test_a_missing_table_fails_its_three_checks(stack: SessionStack, capsys: pyt
 
     code, lines = run(stack, capsys, table_name="no-such-table")
 
-    assert code == 1
+    assert code == 2
     assert [line.split(":")[0] for line in failures(lines)] == [
         "FAIL session table exists",
         "FAIL TTL enabled on 'ttl'",
@@ -148,7 +148,7 @@ def test_a_missing_table_fails_its_three_checks(stack: SessionStack, capsys: pyt
 def test_a_missing_bucket_fails_bucket_and_lifecycle(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
     code, lines = run(stack, capsys, bucket="no-such-bucket-anywhere")
 
-    assert code == 1
+    assert code == 2
     assert [line.split(":")[0] for line in failures(lines)] == [
         "FAIL scratch bucket exists",
         "FAIL lifecycle backstop covers 'sessions/'",
@@ -158,7 +158,7 @@ def test_a_missing_bucket_fails_bucket_and_lifecycle(stack: SessionStack, capsys
 def test_a_bucket_without_lifecycle_fails_the_backstop(stack: SessionStack, capsys: pytest.CaptureFixture[str]) -> None:
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "no lifecycle configuration" in line and "NoncurrentVersionExpiration" in line
 
@@ -170,7 +170,7 @@ def test_a_backstop_on_another_prefix_does_not_cover_the_root(
 
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "expires current or noncurrent versions" in line
 
@@ -180,7 +180,7 @@ def test_a_backstop_without_noncurrent_expiry_fails(stack: SessionStack, capsys:
 
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "expires noncurrent versions" in line
 
@@ -191,7 +191,7 @@ def test_a_disabled_key_fails_with_enable_key(stack: SessionStack, capsys: pytes
 
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "key state Disabled" in line and "enable-key" in line
 
@@ -203,7 +203,7 @@ def test_a_key_given_by_id_fails_because_retire_grant_needs_the_arn(
 
     code, lines = run(stack, capsys, kms_key_id=stack.key_arn.rsplit("/", 1)[1])
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert f"KMS_KEY_ID={stack.key_arn}" in line
 
@@ -213,7 +213,7 @@ def test_no_callback_url_fails(stack: SessionStack, capsys: pytest.CaptureFixtur
 
     code, lines = run(stack, capsys, callback_url=None)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert line.startswith("FAIL callback endpoint set") and "WS_CALLBACK_URL=" in line
 
@@ -227,7 +227,7 @@ def test_a_dead_letter_prefix_under_the_scratch_root_fails_with_its_fix(
 
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert line.startswith(
         "FAIL dead-letter objects outside the scratch root: DEAD_LETTER_PREFIX 'sessions/dead-letter/'"
@@ -242,7 +242,7 @@ def test_a_scratch_root_given_over_the_dead_letter_prefix_fails(
 
     code, lines = run(stack, capsys, scratch_root="dead-letter/")
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "DEAD_LETTER_PREFIX 'dead-letter/' overlaps SCRATCH_ROOT 'dead-letter/'" in line
 
@@ -256,7 +256,7 @@ def test_the_dead_letter_store_is_checked_when_a_queue_is_set(
 
     code, lines = run(stack, capsys)
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert line.startswith("FAIL dead-letter objects outside the scratch root: no-such-dead-letter-bucket not found")
 
@@ -276,7 +276,7 @@ def test_a_backlog_without_the_integrity_key_fails_since_the_drain_would_refuse_
     if key:
         assert (code, tagged) == (0, [f"ok   backlog messages tagged for the drain: {key}"])
     else:
-        assert code == 1
+        assert code == 2
         assert tagged == failures(lines)
         assert "BACKLOG_QUEUE_URL without INTEGRITY_KEY_ID -- fix: set INTEGRITY_KEY_ID" in tagged[0]
 
@@ -302,7 +302,7 @@ def test_a_registry_without_the_index_fails_with_how_to_add_it(
 
     code, lines = run(stack, capsys, registry_table=f"registry-{stack.table}")
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "has no index 'byConnection'" in line and "partition key 'connectionId'" in line
 
@@ -316,7 +316,7 @@ def test_a_registry_index_on_another_attribute_fails(
 
     code, lines = run(stack, capsys, registry_table=f"registry-{stack.table}")
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "is keyed on 'connectionId'" in line and "ATTR_REGISTRY_CONNECTION_ID=connectionId" in line
 
@@ -326,6 +326,6 @@ def test_a_missing_registry_table_fails(stack: SessionStack, capsys: pytest.Capt
 
     code, lines = run(stack, capsys, registry_table="no-such-registry")
 
-    assert code == 1
+    assert code == 2
     [line] = failures(lines)
     assert "no-such-registry not found" in line and "REGISTRY_TABLE" in line

@@ -85,7 +85,7 @@ def test_region_flag_reaches_the_calls(
     code, lines = run(["check", "--region", "us-east-1", "--table-name", settings_env.table], capsys)
 
     out = capsys.readouterr().out
-    assert code in (0, 1) and lines[-1].endswith("failed")  # it reached the checks
+    assert code in (0, 1, 2) and lines[-1].endswith("failed")  # it reached the checks
     assert "no AWS region" not in "\n".join(lines) + out
 
 
@@ -178,3 +178,14 @@ def test_sweep_table_keeps_working_for_a_release_with_a_notice(
 
     assert lines[0] == "cleanup-worker sweep: --table is deprecated: use --table-name"
     assert code == 2 and "EXPIRY_INDEX" in lines[1]  # the table was taken: it stopped at the sweeper's own need
+
+
+def test_check_exits_1_when_it_cannot_ask_aws_and_2_when_the_account_disagrees(
+    settings_env: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2 is a configuration to fix; 1 is a check that never got an answer (here: nothing listens on the port)."""
+    unreachable, _ = run(["check", "--endpoint-url", "http://127.0.0.1:9", "--table-name", "t"], capsys)
+    disagrees, lines = run(["check", "--table-name", f"{settings_env.table}-missing"], capsys)
+
+    assert unreachable == 1
+    assert disagrees == 2 and lines[-1].endswith("failed")

@@ -1,8 +1,9 @@
 """``cleanup-worker check``: preflight the account against the worker's settings, one line per check.
 
 Each option defaults to the worker's own setting (the environment variable in brackets), so running it with the
-deployed function's environment checks exactly what the function will use. Exit 0 when every check passed, 1
-otherwise.
+deployed function's environment checks exactly what the function will use. Exit 0 when every check passed; 2 when a
+check found the account disagreeing with the settings (a configuration to fix, as for any refused setting); 1 when a
+check could not ask AWS at all (credentials, network, a throttled call).
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ def main(args: argparse.Namespace) -> int:
     results = run_checks(Clients(settings), target_from(args, settings))
     for result in results:
         print(format_line(result))
-    failed = sum(not result.passed for result in results)
-    print(f"{len(results) - failed} passed, {failed} failed", file=sys.stderr)
-    return ExitCode.FAILED if failed else ExitCode.OK
+    failed = [result for result in results if not result.passed]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed", file=sys.stderr)
+    if any(result.unchecked for result in failed):
+        return ExitCode.FAILED
+    return ExitCode.USAGE if failed else ExitCode.OK
 
 
 def target_from(args: argparse.Namespace, settings: Settings) -> Target:

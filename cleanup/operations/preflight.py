@@ -52,6 +52,8 @@ class CheckResult:
     passed: bool
     detail: str
     fix: str = ""
+    unchecked: bool = False
+    """It failed because AWS could not be asked (credentials, network), not because the account disagrees."""
 
 
 Check = Callable[[Clients, Target], CheckResult | None]
@@ -65,7 +67,9 @@ def run_checks(clients: Clients, target: Target) -> list[CheckResult]:
             result = check(clients, target)
         except CleanupError as exc:
             name = check.__name__.removeprefix("check_")
-            result = CheckResult(name, False, f"could not check: {exc}", "check credentials and permissions")
+            result = CheckResult(
+                name, False, f"could not check: {exc}", "check credentials and permissions", unchecked=True
+            )
         if result is not None:
             results.append(result)
     return results
