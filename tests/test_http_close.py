@@ -16,6 +16,7 @@ from cleanup.exceptions import ConfigurationError
 from schemas.outcomes import ActionResult, ActionStatus, Outcome
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack
+from tests.test_connection_pattern import CONNECTION_TABLE, connection_row, end
 from worker.local.gateway import LocalGateway
 
 ACTIONS = "http-close,grant,scratch,registry"
@@ -162,3 +163,22 @@ def test_the_close_call_is_signed_for_the_service_it_names(
     assert headers["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
     region = botocore.session.get_session().get_config_variable("region")
     assert f"/{region}/execute-api/aws4_request" in headers["Authorization"]  # the worker's own region
+
+
+def test_a_connection_table_row_closes_its_socket_on_the_own_gateway_and_frees_the_rest(
+    stack: SessionStack, own_gateway: LocalGateway
+) -> None:
+    """The design whose gateway writes one row per connection: ``pk = conn#<id>``, ``sk = metadata``, TTL on
+    ``expires_at``; the id inside the key is what the gateway's close URL names, and the live neighbour keeps all."""
+    ended, live = own_gateway.connect(), own_gateway.connect()
+    grant_id = connection_row(stack, f"conn#{ended.connection_id}", "sessions/t1/a/")
+    live_grant = connection_row(stack, f"conn#{live.connection_id}", "sessions/t1/b/")
+    end(stack, f"conn#{ended.connection_id}")
+
+    outcomes = run_batch(read_lambda_event(stack.lambda_event()), stack.runtime(**CONNECTION_TABLE))
+    [outcome] = [o for o in outcomes if o.event_name == "REMOVE"]
+
+    assert closing(outcome).status is ActionStatus.DONE, outcome
+    assert own_gateway.wait_gone(ended.connection_id) and own_gateway.is_open(live.connection_id)
+    assert grant_id not in stack.grant_ids() and live_grant in stack.grant_ids()
+    assert stack.objects("sessions/t1/a/") == [] and len(stack.objects("sessions/t1/b/")) == 3
