@@ -21,7 +21,7 @@ SITES = {
     # A page's keys: ``delete_prefix`` calls ``permit`` after listing the page and before ``_delete`` sends it,
     # alone or through the batch's coalescer (``delete_pages``).
     ("cleanup/actions/scratch.py", "_delete", "delete_object"),
-    ("cleanup/actions/scratch.py", "delete_pages", "delete_objects"),
+    ("cleanup/actions/delete_objects.py", "delete_pages", "delete_objects"),
     # Not a session's resource: a dead-letter record stored in S3, deleted once redriven.
     ("cleanup/operations/claim_check.py", "delete_stored", "delete_object"),
 }
