@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
 from cleanup.actions.delete_objects import Deleter, Page, delete_pages
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
@@ -280,6 +280,15 @@ class Scratch(ActionKind):
 
         detail = {"bucket": where.bucket, "prefix": where.prefix}
         return [self.step(scratch_prefix, detail, run=run, preview=preview, location=where)]
+
+    def free_orphans(self, orphans: Sequence[Orphan], gate: Gate, host: Host, deadline: Deadline) -> ActionStatus:
+        [orphan] = orphans
+        where = orphan.location
+        if not isinstance(where, ScratchLocation):
+            raise PermanentError(f"scratch {orphan.resource!r}: no bucket and prefix to delete")
+        versioned = host.is_versioned(where.bucket, deadline)
+        deleted = delete_prefix(host.clients.s3, where, versioned=versioned, deadline=deadline, permit=gate)
+        return ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         if live.scratch_prefix is None or not isinstance(location, ScratchLocation):

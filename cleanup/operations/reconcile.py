@@ -40,7 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from cleanup.actions import grant, registry, scratch
-from cleanup.actions.api import ActionKind, Gate
+from cleanup.actions.api import ActionKind, Gate, Orphan
 from cleanup.aws.coalesce import Part
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.core.fence import Fence, Reader
@@ -63,7 +63,8 @@ KINDS: dict[str, type[ActionKind]] = {
     scratch.ACTION: scratch.Scratch,
     registry.ACTION: registry.Membership,
 }
-"""How the fence tells whether a live session holds each resource reconcile frees."""
+"""The kind of each resource reconcile frees: how the fence tells whether a live session holds it, and how it is
+freed (``ActionKind.free_orphans``)."""
 
 
 class Verdict(StrEnum):
@@ -250,10 +251,11 @@ class _Run:
         fence = Fence(self._reader(key, first=None))
         fence.reading(self.deadline, None)
         fence.stale()  # the permit reads again, right before the call
-        permit = fence.guard(KINDS[item.resource](self.runtime.settings), item.ident, item.where)
+        kind = KINDS[item.resource](self.runtime.settings)
+        permit = fence.guard(kind, item.ident, item.where)
         try:
             status = call_with_retry(
-                lambda: self._act(items, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
+                lambda: self._act(kind, items, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
             )
         except NowHeldError as exc:
             log.info("reconcile: kept, the session came back", extra=_detail(item, exc))
@@ -264,21 +266,9 @@ class _Run:
         log.info("reconcile: freed", extra=_detail(item))
         return Verdict.FREED if status is ActionStatus.DONE else Verdict.GONE
 
-    def _act(self, items: list[Found], permit: Gate) -> ActionStatus:
-        clients, item = self.runtime.clients, items[0]
-        if item.resource == registry.ACTION:
-            keys = [found.membership for found in items if found.membership is not None]
-            table = self.runtime.settings.registry_table or ""
-            registry.remove(clients.dynamodb, table, keys, self.deadline, permit=permit)
-            return ActionStatus.DONE  # BatchWriteItem cannot tell whether an item was there
-        if item.where is None:
-            assert item.key_id is not None
-            return grant.retire_grant(clients.kms, item.key_id, item.ident, self.deadline, permit=permit)
-        versioned = self.runtime.is_versioned(item.where.bucket, self.deadline)
-        deleted = scratch.delete_prefix(
-            clients.s3, item.where, versioned=versioned, deadline=self.deadline, permit=permit
-        )
-        return ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE
+    def _act(self, kind: ActionKind, items: list[Found], permit: Gate) -> ActionStatus:
+        orphans = [Orphan(found.ident, found.location) for found in items]
+        return kind.free_orphans(orphans, permit, self.runtime, self.deadline)
 
     def _reader(self, key: dict[str, Any], first: Session | None) -> Reader:
         """Reads the item under ``key``; its first answer is ``first``, the reading the decision was made on."""
