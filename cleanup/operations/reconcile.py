@@ -33,10 +33,8 @@ reconcile has no record of the session, only the item can say it is gone.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any
 
 from cleanup.actions import grant, registry, scratch
@@ -48,6 +46,10 @@ from cleanup.core.race import BATCH_KEYS, read_live_items
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
 from cleanup.operations import leaks
 from cleanup.operations.leaks import Found
+from cleanup.operations.reconcile_report import KEPT as KEPT
+from cleanup.operations.reconcile_report import RESOURCES as RESOURCES
+from cleanup.operations.reconcile_report import ReconcileReport as ReconcileReport
+from cleanup.operations.reconcile_report import Verdict as Verdict
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus
@@ -57,7 +59,6 @@ from schemas.settings import CleanupMode
 CONNECTION_CAP_SECONDS = 7200
 """API Gateway's longest WebSocket connection: a membership joined longer ago than that (and the grace period) has no
 open connection left to post to."""
-RESOURCES = (grant.ACTION, scratch.ACTION, registry.ACTION)
 KINDS: dict[str, type[ActionKind]] = {
     grant.ACTION: grant.Grant,
     scratch.ACTION: scratch.Scratch,
@@ -65,46 +66,6 @@ KINDS: dict[str, type[ActionKind]] = {
 }
 """The kind of each resource reconcile frees: how the fence tells whether a live session holds it, and how it is
 freed (``ActionKind.free_orphans``)."""
-
-
-class Verdict(StrEnum):
-    """What became of one listed resource."""
-
-    FREED = "freed"
-    GONE = "gone"  # gone already when it was to be freed
-    PLANNED = "planned"  # dry run: would have been freed
-    LIVE = "live"  # its session is live (or came back before the call): kept
-    YOUNG = "young"  # younger than the grace period, or its age is unknown: kept
-    UNCONVENTIONAL = "unconventional"  # maps to no session: never touched
-    FAILED = "failed"
-
-
-KEPT = (Verdict.LIVE, Verdict.YOUNG, Verdict.UNCONVENTIONAL)
-
-
-@dataclass
-class ReconcileReport:
-    """Counts by resource and verdict."""
-
-    mode: str
-    counts: dict[str, Counter[Verdict]] = field(default_factory=lambda: {name: Counter() for name in RESOURCES})
-    plan: list[dict[str, Any]] = field(default_factory=list)
-    """What a dry run would free (a dry run's plan), one entry per resource."""
-    stopped: str | None = None
-    """Why the registry's scan stopped before its end (what was decided before stays decided), or None."""
-
-    @property
-    def ok(self) -> bool:
-        return self.stopped is None and not any(counter[Verdict.FAILED] for counter in self.counts.values())
-
-    def summary(self) -> dict[str, Any]:
-        """A flat dict for the CLI's output, the log line and the Lambda's result."""
-        by_resource = {
-            name: {"listed": sum(counter.values()), **{verdict.value: counter[verdict] for verdict in Verdict}}
-            for name, counter in self.counts.items()
-        }
-        stopped = {"stopped": self.stopped} if self.stopped else {}
-        return {"mode": self.mode, **by_resource, **stopped, **({"plan": self.plan} if self.plan else {})}
 
 
 def reconcile(
