@@ -3,11 +3,13 @@
 
 Right before the call, every key is checked again to lie under its own session's prefix. Each per-key ``Errors``
 entry fails the session whose key it names (and only that one); a call that fails as a whole fails the sessions whose
-keys it carried; an answer that does not name a key cannot say it went, and its session is failed transient.
+keys it carried; an answer that does not name a key cannot say it went, and its session is failed transient. Keys
+that cannot travel in its XML body unchanged (``xml_safe``) are not sent in it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,6 +37,14 @@ class Page:
 
 Deleter = Coalescer[Page, int]
 """Where a session hands its pages to be deleted with other sessions' (one per bucket)."""
+
+
+_NOT_IN_XML = re.compile("[\x00-\x1f\ufffe\uffff]")
+
+
+def xml_safe(key: str) -> bool:
+    """Whether ``key`` survives DeleteObjects' XML body unchanged (no control character, no XML non-character)."""
+    return _NOT_IN_XML.search(key) is None
 
 
 def delete_pages(s3: S3Client, parts: list[Part[Page, int]], deadline: Deadline) -> None:

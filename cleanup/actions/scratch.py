@@ -25,13 +25,12 @@ deleted stops the deletion there (``NowHeldError``), and its data is kept.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
-from cleanup.actions.delete_objects import Deleter, Page, delete_pages
+from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
 from cleanup.aws.retry import Deadline
@@ -203,14 +202,6 @@ def _inside(key: str, where: ScratchLocation) -> str:
     if not key.startswith(where.prefix):
         raise UnsafePrefixError(f"listing returned a key outside {where.prefix!r}; nothing more is deleted")
     return key
-
-
-_NOT_IN_XML = re.compile("[\x00-\x1f\ufffe\uffff]")
-
-
-def xml_safe(key: str) -> bool:
-    """Whether ``key`` survives DeleteObjects' XML body unchanged (no control character, no XML non-character)."""
-    return _NOT_IN_XML.search(key) is None
 
 
 def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | None) -> int:
