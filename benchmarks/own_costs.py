@@ -195,7 +195,7 @@ PARTS = (
     ("the worker's pacing hooks", r"cleanup/aws/pacing\.py:\d+\((_before_send|_after_attempt)\)"),
     ("the coalescers' own work (locks, waits, wake-ups)", r"cleanup/aws/coalesce\.py:\d+\(submit\)"),
     ("reading the event into records (pydantic)", r"schemas/records\.py:\d+\(read_lambda_event\)"),
-    ("classifying and planning records", r"cleanup/(classify\.py:\d+\(classify|plan\.py:\d+\(plan)\)"),
+    ("classifying and planning records", r"cleanup/(core/)?(classify\.py:\d+\(classify|plan\.py:\d+\(plan)\)"),
     ("reporting: outcomes logged and counted", r"cleanup/telemetry\.py:\d+\((log_outcomes|record_outcomes)\)"),
 )
 
