@@ -1,4 +1,7 @@
-"""A threaded reverse proxy on loopback that adds a fixed latency to every request, like a round trip to AWS.
+"""A threaded reverse proxy on loopback that adds a fixed latency to every request, like a round trip to AWS; and
+``ChildServer``, how it and the stub AWS run in a child process (their own interpreter, so their threads do not
+share the measured worker's GIL; the child prints its URL as its first line of output, then serves until it is
+terminated).
 
 Each client connection gets a thread and its own keep-alive connection upstream, so the proxy adds latency without
 adding a bottleneck of its own: N concurrent callers see N calls in flight. Run it as its own process
@@ -9,11 +12,33 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import subprocess
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 from urllib.parse import urlsplit
 
-from benchmarks.child import ChildServer
+
+class ChildServer:
+    """``python -m <module> <arguments>`` for the length of a ``with`` block; ``url`` is the line it printed."""
+
+    def __init__(self, module: str, *arguments: str) -> None:
+        self.command = [sys.executable, "-m", module, *arguments]
+        self.url = ""
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> Self:
+        self._process = subprocess.Popen(self.command, stdout=subprocess.PIPE, text=True)
+        assert self._process.stdout is not None
+        self.url = self._process.stdout.readline().strip()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(10)
+
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 

@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.capacity_model import Backlog, Expiry, Mapping, Quotas, Result, Worker
-from benchmarks.capacity_sim import simulate
+from benchmarks.capacity import Backlog, Expiry, Mapping, Quotas, Result, Worker, simulate
 from benchmarks.mapping import Delivered, MappingSettings, deliver, drain_queue, on_failure_message
 from cleanup.runtime import Runtime
 from cleanup.telemetry import LOGGER_NAME

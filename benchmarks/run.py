@@ -17,13 +17,12 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from benchmarks import ceiling, cold, decoding, quota, stubbed
-from benchmarks.baseline_sequential import SequentialHandler
+from benchmarks import cold, decoding, quota
+from benchmarks import own_costs as costs
+from benchmarks.alternatives import PowertoolsHandler, SequentialHandler
 from benchmarks.latency_proxy import LatencyProxy
-from benchmarks.plot import plot
-from benchmarks.powertools_batch import PowertoolsHandler
 from benchmarks.stub_aws import StubAws
-from benchmarks.throughput import Result, ideal_seconds, minimum_calls, per_session, run_alternative, run_worker
+from benchmarks.throughput import Result, ideal_seconds, minimum_calls, per_session, plot, run_alternative, run_worker
 from benchmarks.world import World
 from worker.local.backend import CREDENTIAL_ENV
 
@@ -108,11 +107,14 @@ def calls(world: World, first: Result, again: Result) -> None:
 def own_costs(sizes: Sizes, before: str) -> None:
     """Sections 7 and 8: against the stub AWS, CPU per session before and after, where it goes, the ceiling, and
     the Lambda sizing that follows."""
-    with StubAws(LATENCY) as stub, stubbed.earlier_tree(before) as earlier:
-        compared = ceiling.compare(stub, earlier, sizes.stub_batch, sizes.turns)
-        shares_before = ceiling.profile_shares(stub, earlier, sizes.stub_batch)
-        shares_after = ceiling.profile_shares(stub, stubbed.ROOT, sizes.stub_batch)
-    before_ms, after_ms = ceiling.Comparison.median_cpu(compared.before), ceiling.Comparison.median_cpu(compared.after)
+    with StubAws(LATENCY) as stub, costs.earlier_tree(before) as earlier:
+        compared = costs.compare(stub, earlier, sizes.stub_batch, sizes.turns)
+        shares_before = costs.profile_shares(stub, earlier, sizes.stub_batch)
+        shares_after = costs.profile_shares(stub, costs.ROOT, sizes.stub_batch)
+    before_ms, after_ms = (
+        costs.Comparison.median_cpu(compared.before),
+        costs.Comparison.median_cpu(compared.after),
+    )
     out(f"## 7. The worker's own costs, against a stub AWS ({LATENCY * 1000:.0f} ms a call, no moto)\n")
     out(
         f"{sizes.stub_batch} sessions (1 connection, 1 grant, 3 objects each), default settings, warm, logs on; "
@@ -124,11 +126,11 @@ def own_costs(sizes: Sizes, before: str) -> None:
         turns = ", ".join(f"{run.cpu_ms_per_session:.2f}" for run in runs)
         seconds = statistics.median(run.seconds for run in runs)
         calls = runs[0].total_calls / runs[0].sessions
-        median_cpu = ceiling.Comparison.median_cpu(runs)
+        median_cpu = costs.Comparison.median_cpu(runs)
         out(f"| {name} | {median_cpu:.2f} | {turns} | {calls:.3f} | {seconds:.2f} | {sizes.stub_batch / seconds:.0f} |")
     out(f"\n- client CPU per session: {before_ms:.2f} -> {after_ms:.2f} ms, {compared.saving:.0%} less (target >= 35%)")
     best = min(compared.after, key=lambda run: run.seconds)
-    ideal = ceiling.ideal_seconds(best)
+    ideal = costs.ideal_seconds(best)
     out(
         f"- ceiling: {best.seconds:.2f} s for {best.sessions} sessions ({best.per_second:.0f}/s, "
         f"{best.cpu_seconds:.2f} s of CPU) against the latency-only ideal of {best.total_calls} calls x "
@@ -146,7 +148,7 @@ def own_costs(sizes: Sizes, before: str) -> None:
     out("\n## 8. Lambda sizing (one invocation; CPU in proportion to memory, a full vCPU at 1,769 MB)\n")
     out("| memory MB | vCPU | sessions/s | arm64 cost per million sessions |")
     out("|---:|---:|---:|---:|")
-    for row in ceiling.sizing(after_ms, best.per_second):
+    for row in costs.sizing(after_ms, best.per_second):
         out(f"| {row['memory']:.0f} | {row['vcpu']:.2f} | {row['per_second']:.0f} | ${row['cost']:.2f} |")
     out(f"\nfrom {after_ms:.2f} ms of CPU per session, capped at the ceiling on a full core ({best.per_second:.0f}/s)")
     out()

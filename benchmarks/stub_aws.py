@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from benchmarks.child import ChildServer
+from benchmarks.latency_proxy import ChildServer
 
 S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 

@@ -17,28 +17,29 @@ expired session), ``live_session`` reads an item as gone once its ttl has passed
 ``end_session`` deletes it: the stream's REMOVE then cleans everything up.
 
 The session's KMS grant is created by ``create_session_grant``, named ``session:<session-id>`` (``grant_name``): the
-name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. A session
-id that follows the convention is 1 to 128 letters, digits, ``_`` or ``-`` (``SESSION_ID``), its item's key is
-``pk = session#<id>`` (or SESSION_KEY_PREFIX + id) and, in a table with a sort key, ``sk = meta`` (or
-SESSION_SORT_KEY: every helper takes ``key_prefix`` and ``sort_key``, None for a table without a sort key; pass the
-deployment's, or reconcile looks for the item under another key), and its scratch prefix is ``<root><id>/``
-(``<root><tenant>/<id>/`` when tenant-scoped): see
-``cleanup.expiry.convention``. The grant's name and the prefix's last segment bind them to their session: with
-SESSION_BINDING on (the default) the worker frees nothing that is not bound, so ``create_session`` refuses a prefix
-that does not end in ``<id>/``. ``join_room`` writes a connection's room membership in the connection registry with
-the session's id and its join time, by which reconcile finds the memberships of a session that is gone.
+name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. How ids,
+keys (``session_key``), grant names, scratch prefixes, memberships and expiry buckets are spelled is
+``cleanup.expiry.convention``; every helper takes ``key_prefix`` and ``sort_key`` (None for a table without a sort
+key): pass the deployment's, or reconcile looks for the item under another key. With SESSION_BINDING on (the default)
+the worker frees nothing that is not bound to its session, so ``create_session`` refuses a prefix that does not end
+in ``<id>/``. ``join_room`` writes a connection's room membership in the connection registry with the session's id
+and its join time, by which reconcile finds the memberships of a session that is gone.
 """
 
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
+from cleanup.expiry.convention import DEFAULT_NAMES as DEFAULT_NAMES  # re-exported: the contract's names
 from cleanup.expiry.convention import KEY_PREFIX, SORT_KEY, grant_name, membership_item
+from cleanup.expiry.convention import bucket_start as bucket_start
+from cleanup.expiry.convention import expiry_bucket as expiry_bucket
+from cleanup.expiry.convention import expiry_buckets as expiry_buckets
+from cleanup.expiry.convention import session_key as session_key
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:
@@ -46,26 +47,8 @@ if TYPE_CHECKING:
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_kms.literals import GrantOperationType
 
-DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
 DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
 MEMBERSHIP_TTL_SECONDS = 2 * 3600 + 600  # API Gateway's two-hour cap on a connection, and a margin
-
-
-def session_key(
-    session_id: str,
-    names: AttributeNames = DEFAULT_NAMES,
-    key_prefix: str = KEY_PREFIX,
-    sort_key: str | None = SORT_KEY,
-) -> dict[str, Any]:
-    """The item key of a session, as AttributeValues (``pk = session#<id>``, ``sk = meta``).
-
-    ``sort_key``: the session row's sort key (SESSION_SORT_KEY where the deployment sets it); None for a table
-    without a sort key.
-    """
-    key = {names.pk: {"S": f"{key_prefix}{session_id}"}}
-    if sort_key is not None:
-        key[names.sk] = {"S": sort_key}
-    return key
 
 
 def create_session_grant(
@@ -128,31 +111,6 @@ def join_room(
     )
     call(ddb.put_item, "PutItem", None, TableName=table, Item=item)
     return {name: item[name] for name in ("pk", "sk")}
-
-
-def bucket_start(epoch: float, bucket_seconds: int) -> int:
-    """The start of the expiry bucket that holds ``epoch``."""
-    second = int(epoch)
-    return second - second % bucket_seconds
-
-
-def expiry_bucket(ttl: float, *, bucket_seconds: int, shards: int = 1, session_id: str = "") -> str:
-    """The expiry bucket of a session: its ttl's bucket start, and a shard derived from its id when sharded.
-
-    The shard is a hash of the session id, so a touch keeps a session on its shard.
-    """
-    start = bucket_start(ttl, bucket_seconds)
-    if shards <= 1:
-        return str(start)
-    return f"{start}#{zlib.crc32(session_id.encode()) % shards}"
-
-
-def expiry_buckets(since: float, until: float, *, bucket_seconds: int, shards: int = 1) -> list[str]:
-    """Every expiry bucket (and shard) whose time span meets ``[since, until]``, oldest first."""
-    starts = range(bucket_start(since, bucket_seconds), bucket_start(until, bucket_seconds) + 1, bucket_seconds)
-    if shards <= 1:
-        return [str(start) for start in starts]
-    return [f"{start}#{shard}" for start in starts for shard in range(shards)]
 
 
 def create_session(

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.capacity import main
-from benchmarks.capacity_model import Backlog, Expiry, Mapping, Quotas, Worker
-from benchmarks.capacity_sim import simulate
+from benchmarks.capacity import Backlog, Expiry, Mapping, Quotas, Worker, main, simulate
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,7 +21,7 @@ SITES = {
     # A page's keys: ``delete_prefix`` calls ``permit`` after listing the page and before ``_delete`` sends it,
     # alone or through the batch's coalescer (``delete_pages``).
     ("cleanup/actions/scratch.py", "_delete", "delete_object"),
-    ("cleanup/actions/scratch.py", "delete_pages", "delete_objects"),
+    ("cleanup/actions/delete_objects.py", "delete_pages", "delete_objects"),
     # Not a session's resource: a dead-letter record stored in S3, deleted once redriven.
     ("cleanup/operations/claim_check.py", "delete_stored", "delete_object"),
 }
@@ -70,3 +70,17 @@ def test_every_action_that_frees_takes_a_required_permit() -> None:
         permit = inspect.signature(action).parameters["permit"]
 
         assert permit.kind is inspect.Parameter.KEYWORD_ONLY and permit.default is inspect.Parameter.empty
+
+
+def test_reconcile_frees_through_the_action_api_not_the_built_in_actions() -> None:
+    """Reconcile frees what it found as the pipeline does: through each kind's declared method and its gate, so that
+    it names no built-in action's function (a kind is reached through ``ActionKind``, whichever module it is in)."""
+    source = ROOT.joinpath("cleanup/operations/reconcile.py").read_text()
+    named = {
+        f"{node.value.id}.{node.attr}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    }
+
+    called = {"grant.retire_grant", "scratch.delete_prefix", "registry.remove", "registry.prune"} & named
+    assert called == set()

@@ -4,8 +4,7 @@ is alarmed on and shown."""
 
 from __future__ import annotations
 
-from benchmarks.capacity import DEFAULTS
-from benchmarks.capacity_model import Backlog, Mapping, Quotas
+from benchmarks.capacity import DEFAULTS, Backlog, Mapping, Quotas
 from cleanup.queues.backlog_drain import release_seconds
 from tests.test_template import (
     attached,

@@ -46,11 +46,9 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, NoReturn
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
-
 from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import Incoming
-from cleanup.core.retry_in_place import Backoff, InPlaceBatch, consumes
+from cleanup.core.retry_in_place import InPlaceBatch, consumes
 from cleanup.exceptions import ConfigurationError
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime
@@ -59,9 +57,9 @@ from cleanup.telemetry import log
 from schemas.records import UnreadableRecord, read_kinesis_data, record_id
 from worker.exit_codes import ExitCode
 from worker.health import PAUSED, PROGRESSING, STUCK, MessageMarker
+from worker.kcl_checkpoint import CHECKPOINT_TRIES as CHECKPOINT_TRIES
+from worker.kcl_checkpoint import RETRYABLE_CHECKPOINT_ERRORS, checkpoint
 
-CHECKPOINT_TRIES = 6
-RETRYABLE_CHECKPOINT_ERRORS = frozenset({"ThrottlingException", "KinesisClientLibDependencyException"})
 LEASE_LOST_ERROR = "ShutdownException"  # the one answer after which this processor may never checkpoint again
 PAUSED_POLL_SECONDS = 0.5  # how often a paused processor looks at the switch again (it answers from its cache)
 
@@ -266,24 +264,9 @@ class ShardProcessor:
 
         if not self.can_checkpoint or self.dry_run:
             return
-
-        def retryable(exc: BaseException) -> bool:
-            return isinstance(exc, CheckpointError) and str(exc.value) in RETRYABLE_CHECKPOINT_ERRORS
-
         at = record_id(sequence_number, sub_sequence_number) if sequence_number is not None else None
-
-        def throttled(state: RetryCallState) -> None:
-            log.warning("checkpoint throttled; retrying", extra=self._checkpoint_line(state, at))
-
-        retrying = Retrying(
-            retry=retry_if_exception(retryable),
-            stop=stop_after_attempt(CHECKPOINT_TRIES),
-            wait=Backoff(self.runtime.settings),
-            before_sleep=throttled,
-            reraise=True,
-        )
         try:
-            retrying(checkpointer.checkpoint, sequence_number, sub_sequence_number)
+            checkpoint(checkpointer, sequence_number, sub_sequence_number, self.runtime.settings, self.shard_id)
         except CheckpointError as exc:
             extra = {"shardId": self.shard_id, "sequenceNumber": at, "error": str(exc.value)}
             if str(exc.value) == LEASE_LOST_ERROR:
@@ -296,15 +279,6 @@ class ShardProcessor:
             return
         if sequence_number is not None:
             self.checkpointed = (sequence_number, sub_sequence_number)
-
-    def _checkpoint_line(self, state: RetryCallState, sequence_number: str | None) -> dict[str, Any]:
-        error = state.outcome.exception() if state.outcome is not None else None
-        return {
-            "shardId": self.shard_id,
-            "sequenceNumber": sequence_number,
-            "error": str(getattr(error, "value", error)),
-            "attempt": state.attempt_number,
-        }
 
     def _exit(self, why: str, exc: BaseException, **extra: Any) -> NoReturn:
         """End the process, the message in hand unanswered (see ``exits_on_fault``)."""

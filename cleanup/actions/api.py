@@ -9,7 +9,9 @@ A kind (``ActionKind``) declares, without any I/O:
   free, held, or cannot tell, which keeps);
 * ``plan``: its steps for one session;
 * ``gone``: the error codes meaning its resource is already gone (idempotent success);
-* ``paced_by``: the service whose quota paces its freeing calls (``cleanup.aws.pacing``).
+* ``paced_by``: the service whose quota paces its freeing calls (``cleanup.aws.pacing``);
+* ``free_orphans`` (optional): how it frees resources found without their session's record (``cleanup-worker
+  reconcile``), behind the same fence.
 
 A step reaches a destructive call only through its ``Gate``, made by the record's fence: ``Gate.call`` asks the
 fence's permit and only then makes the call, so a kind that catches every exception around it still frees nothing
@@ -92,6 +94,15 @@ class Step:
     kind: ActionKind = field(kw_only=True)  # whose step: how the fence tells whether the live item holds it
 
 
+@dataclass(frozen=True)
+class Orphan:
+    """A resource found without its session's record (reconcile): ``resource`` as the kind's steps name it, and
+    ``location``, what else the kind frees it by (a grant's key, a prefix's bucket, a membership's item key)."""
+
+    resource: str
+    location: Any = None
+
+
 class Host(Protocol):
     """What a kind may use of the process's runtime (``cleanup.runtime.Runtime``)."""
 
@@ -157,6 +168,15 @@ class ActionKind(ABC):
     def unknown(self, resource: str, live: Session) -> PermanentError:
         """The error reported when ``holding`` cannot tell (the resource is kept)."""
         return PermanentError(f"the live session under the same key cannot be compared with {resource!r}: kept")
+
+    def free_orphans(self, orphans: Sequence[Orphan], gate: Gate, host: Host, deadline: Deadline) -> ActionStatus:
+        """Free resources found without their session's record (one, or one group that is freed together), every
+        destructive call through ``gate``: DONE, or ALREADY_DONE when they were gone.
+
+        Raises:
+            PermanentError: this kind frees nothing found so (the default).
+        """
+        raise PermanentError(f"{self.name!r} frees nothing found without its session's record")
 
     def step(self, resource: str, detail: dict[str, Any], **parts: Any) -> Step:
         """A step of this kind."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import grant_key, session_id
@@ -163,6 +163,12 @@ class Grant(ActionKind):
                 name.start(runtime.side_executor, deadline)
 
         return [self.step(grant_id, {**detail, "keyId": key_id}, run=run, prepare=prepare)]
+
+    def free_orphans(self, orphans: Sequence[Orphan], gate: Gate, host: Host, deadline: Deadline) -> ActionStatus:
+        [orphan] = orphans
+        if not isinstance(orphan.location, str):
+            raise PermanentError(f"grant {orphan.resource!r}: no key to retire it on")
+        return retire_grant(host.clients.kms, orphan.location, orphan.resource, deadline, permit=gate)
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         return Holding.HELD if live.grant_id == resource else Holding.FREE

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import connection_id as connection_id_of
@@ -282,6 +282,11 @@ class Membership(ActionKind):
 
         detail = {"connectionId": connection_id, "table": table, "index": index}
         return [self.step(held, detail, run=run, preview=preview)]
+
+    def free_orphans(self, orphans: Sequence[Orphan], gate: Gate, host: Host, deadline: Deadline) -> ActionStatus:
+        keys = [orphan.location for orphan in orphans if orphan.location is not None]
+        remove(host.clients.dynamodb, self.settings.registry_table or "", keys, deadline, permit=gate)
+        return ActionStatus.DONE  # BatchWriteItem cannot tell whether an item was there
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         # The memberships belong to the connection: a live session still on it keeps them too.

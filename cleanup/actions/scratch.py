@@ -5,10 +5,8 @@ are listed again from the start after each page is deleted (the version markers 
 not a reliable place to resume), which also costs no extra call: the loop ends on the first page that is not
 truncated.
 
-The pages of several sessions of one bucket may go in one DeleteObjects (``delete_pages``, fed by a
-``cleanup.aws.coalesce.Coalescer``): up to 1,000 keys a call, whoever they belong to. Right before the call, every key
-is checked again to lie under its own session's prefix. Each per-key ``Errors`` entry fails the session whose key it
-names (and only that one); a call that fails as a whole fails the sessions whose keys it carried.
+The pages of several sessions of one bucket may go in one DeleteObjects (``cleanup.actions.delete_objects``): up
+to 1,000 keys a call, whoever they belong to, each key checked again right before the call.
 
 Keys that cannot travel in DeleteObjects' XML body are deleted one at a time with DeleteObject, where the key is in
 the URL: XML 1.0 cannot carry most control characters at all, and parsers turn a carriage return into a line feed,
@@ -27,16 +25,14 @@ deleted stops the deletion there (``NowHeldError``), and its data is kept.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, wait
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
-from cleanup.aws.aws_errors import is_transient_code
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
+from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
-from cleanup.aws.coalesce import DELETE, READ, Coalescer, Part
+from cleanup.aws.coalesce import DELETE, READ, Part
 from cleanup.aws.retry import Deadline
 from cleanup.core.fence import incomparable_prefix
 from cleanup.core.guard import ScratchLocation, check_bound, resolve_prefix, session_id
@@ -49,28 +45,25 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import (
         DeleteObjectRequestTypeDef,
-        ErrorTypeDef,
         ListObjectsV2RequestTypeDef,
         ListObjectVersionsRequestTypeDef,
         ObjectIdentifierTypeDef,
     )
 
+__all__ = [
+    "ACTION",
+    "PAGE",
+    "Deleter",
+    "Page",
+    "Scratch",
+    "count_prefix",
+    "delete_pages",
+    "delete_prefix",
+    "xml_safe",
+]
+
 ACTION = "scratch"
 PAGE = 1000  # DeleteObjects' limit
-
-
-@dataclass(frozen=True)
-class Page:
-    """Listed entries (``Key``, and ``VersionId`` in a versioned bucket) of one session, to delete together; ``last``
-    when the listing has no more."""
-
-    where: ScratchLocation
-    entries: list[ObjectIdentifierTypeDef]
-    last: bool = True
-
-
-Deleter = Coalescer[Page, int]
-"""Where a session hands its pages to be deleted with other sessions' (one per bucket)."""
 
 
 def delete_prefix(
@@ -211,14 +204,6 @@ def _inside(key: str, where: ScratchLocation) -> str:
     return key
 
 
-_NOT_IN_XML = re.compile("[\x00-\x1f\ufffe\uffff]")
-
-
-def xml_safe(key: str) -> bool:
-    """Whether ``key`` survives DeleteObjects' XML body unchanged (no control character, no XML non-character)."""
-    return _NOT_IN_XML.search(key) is None
-
-
 def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | None) -> int:
     safe = Page(page.where, [], page.last)
     alone: list[ObjectIdentifierTypeDef] = []
@@ -239,90 +224,6 @@ def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | No
             request["VersionId"] = entry["VersionId"]
         call(s3.delete_object, "DeleteObject", deadline, **request)
     return len(page.entries)
-
-
-def delete_pages(s3: S3Client, parts: list[Part[Page, int]], deadline: Deadline) -> None:
-    """Delete the pages of ``parts`` (of one bucket, at most PAGE entries in all) in one DeleteObjects.
-
-    Each part is answered for its own keys: how many it had deleted, or the error of its keys (``Part.fail``). A key
-    no longer under its own page's prefix fails its page before anything is sent, and is not sent.
-
-    Raises:
-        TransientError / PermanentError: the call failed as a whole (every part it carried failed with it).
-    """
-    owners: dict[tuple[str, str | None], list[Part[Page, int]]] = {}
-    objects: list[ObjectIdentifierTypeDef] = []
-    for part in parts:
-        try:
-            _guard(part.item, parts[0].item.where.bucket)
-        except UnsafePrefixError as exc:
-            part.fail(exc)
-            continue
-        for entry in part.item.entries:
-            ident = (entry["Key"], entry.get("VersionId"))
-            if ident not in owners:
-                owners[ident] = []
-                objects.append(entry)
-            owners[ident].append(part)
-    carried = [part for part in parts if not part.answered]
-    if not carried:
-        return
-    bucket = carried[0].item.where.bucket
-    # Not quiet: an answer names every key, deleted or not, so one that does not (a truncated body read as ``{}``)
-    # cannot pass for "all deleted".
-    response = call(
-        s3.delete_objects, "DeleteObjects", deadline, Bucket=bucket, Delete={"Objects": objects, "Quiet": False}
-    )
-    errors = _errors_by_part(response.get("Errors", []), owners, carried)
-    named = {str(entry.get("Key")) for entry in [*response.get("Deleted", []), *response.get("Errors", [])]}
-    for part in carried:
-        unnamed = sum(entry["Key"] not in named for entry in part.item.entries)
-        if part in errors:
-            part.fail(_key_errors(errors[part], len(part.item.entries), part.item.where))
-        elif unnamed:
-            part.fail(_unanswered(unnamed, len(part.item.entries), part.item.where))
-        else:
-            part.answer(len(part.item.entries))
-
-
-def _unanswered(unnamed: int, sent: int, where: ScratchLocation) -> TransientError:
-    return TransientError(
-        f"DeleteObjects: the answer names {sent - unnamed} of {sent} keys under {where.prefix!r}: cannot tell whether "
-        "the rest were deleted; they are listed and sent again"
-    )
-
-
-def _guard(page: Page, bucket: str) -> None:
-    """Every key of ``page`` lies under its own session's prefix, in the call's bucket (checked right before it)."""
-    if page.where.bucket != bucket or not all(entry["Key"].startswith(page.where.prefix) for entry in page.entries):
-        raise UnsafePrefixError(f"a key to delete lies outside {page.where.prefix!r}; nothing more is deleted")
-
-
-def _errors_by_part(
-    errors: list[ErrorTypeDef],
-    owners: dict[tuple[str, str | None], list[Part[Page, int]]],
-    carried: list[Part[Page, int]],
-) -> dict[Part[Page, int], list[ErrorTypeDef]]:
-    """Each per-key error, to the part(s) whose key it names: by key and version, else by key. An error naming no key
-    sent goes to every part carried, since whose it is cannot be told."""
-    by_key: dict[str, list[Part[Page, int]]] = {}
-    for (key, _), parts in owners.items():
-        by_key.setdefault(key, []).extend(parts)
-    found: dict[Part[Page, int], list[ErrorTypeDef]] = {}
-    for error in errors:
-        key = str(error.get("Key", ""))
-        whose = owners.get((key, error.get("VersionId"))) or by_key.get(key) or carried
-        for part in dict.fromkeys(whose):
-            found.setdefault(part, []).append(error)
-    return found
-
-
-def _key_errors(errors: list[ErrorTypeDef], sent: int, where: ScratchLocation) -> PermanentError | TransientError:
-    codes = sorted({str(error.get("Code", "")) for error in errors})
-    message = f"DeleteObjects: {len(errors)} of {sent} keys under {where.prefix!r} not deleted ({', '.join(codes)})"
-    if all(is_transient_code(code) for code in codes):
-        return TransientError(message)
-    return PermanentError(message)
 
 
 class Scratch(ActionKind):
@@ -370,6 +271,15 @@ class Scratch(ActionKind):
 
         detail = {"bucket": where.bucket, "prefix": where.prefix}
         return [self.step(scratch_prefix, detail, run=run, preview=preview, location=where)]
+
+    def free_orphans(self, orphans: Sequence[Orphan], gate: Gate, host: Host, deadline: Deadline) -> ActionStatus:
+        [orphan] = orphans
+        where = orphan.location
+        if not isinstance(where, ScratchLocation):
+            raise PermanentError(f"scratch {orphan.resource!r}: no bucket and prefix to delete")
+        versioned = host.is_versioned(where.bucket, deadline)
+        deleted = delete_prefix(host.clients.s3, where, versioned=versioned, deadline=deadline, permit=gate)
+        return ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         if live.scratch_prefix is None or not isinstance(location, ScratchLocation):

@@ -8,6 +8,7 @@ asked for only when a request is sent, so a batch of bad records makes no call a
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from cleanup.actions import scratch
@@ -40,6 +41,14 @@ class BatchCalls:
             BadRecordError: the live item's session attributes cannot be read (nothing may then be freed).
         """
         return self._reader(table).submit(client_keys(keys), 1, deadline, then)
+
+    def reader(self, table: str, keys: dict[str, Any]) -> Callable[[Deadline, str | None], Session | None]:
+        """The fence's reader of the item under ``keys`` in ``table`` (``cleanup.core.fence.Reader``): ``live``."""
+
+        def read(deadline: Deadline, then: str | None) -> Session | None:
+            return self.live(table, keys, deadline, then)
+
+        return read
 
     def deleter(self, bucket: str) -> scratch.Deleter:
         """Where the records' scratch pages in ``bucket`` are deleted together."""

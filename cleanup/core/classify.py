@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cleanup.core.region import here as this_region
 from cleanup.core.region import home
 from cleanup.exceptions import BadRecordError
 from schemas.attributes import AttributeDecodeError, decode_image
@@ -20,6 +21,9 @@ from schemas.outcomes import Reason
 from schemas.records import Source, StreamRecord
 from schemas.session import Session, SessionItemError
 from schemas.settings import Settings
+
+if TYPE_CHECKING:
+    from cleanup.runtime import Runtime
 
 NO_OLD_IMAGE = (
     "REMOVE record has no OldImage (stream view type {view}): there is nothing to clean up from. "
@@ -51,6 +55,16 @@ def _key_text(value: Any) -> str:
         ((_, text),) = value.items()
         return str(text)
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def classify_here(record: StreamRecord, runtime: Runtime) -> Decision:
+    """``classify`` with the runtime's settings and, with GLOBAL_TABLE, the region it cleans for.
+
+    Raises:
+        BadRecordError: as ``classify``.
+        MissingConfigError: GLOBAL_TABLE is on and the clients' region is not a region's name.
+    """
+    return classify(record, runtime.settings, this_region(runtime))
 
 
 def classify(record: StreamRecord, settings: Settings, here: str | None = None) -> Decision:

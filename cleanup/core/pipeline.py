@@ -1,8 +1,9 @@
 """The one core every entry point uses: ``outcomes = run_batch(records, runtime, deadline)``.
 
 ``run_batch`` is the entry: it cleans the batch (``process_batch``), sends what must go to the dead-letter queue, and
-logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan -> act ->
-outcome, per record, records concurrently on a bounded I/O pool. Records of the same item key keep their stream
+logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan and act
+(``cleanup.core.plan.clean_session``) -> outcome, per record, records concurrently on a bounded I/O pool. Each stage
+is handed the record and returns; none calls back into the pipeline. Records of the same item key keep their stream
 order: they run one after another on one worker, and once one of them fails the later ones are not executed and are
 reported failed too, so a retry replays them in order.
 
@@ -16,15 +17,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 
 from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
 from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
-from cleanup.core.classify import Decision, classify, item_key
-from cleanup.core.fence import Fence, Reader, Reading
-from cleanup.core.plan import Step, execute, plan
-from cleanup.core.region import here
+from cleanup.core.classify import Decision, classify, classify_here, item_key
+from cleanup.core.fence import Reader
+from cleanup.core.plan import clean_session
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.queues.backlog import defer
 from cleanup.queues.deadletter import dead_letter
@@ -32,7 +31,6 @@ from cleanup.runtime import Runtime
 from cleanup.telemetry import log, log_outcomes
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord, UnreadableRecord
-from schemas.session import Session
 from schemas.settings import CleanupMode
 
 Incoming = StreamRecord | UnreadableRecord
@@ -163,19 +161,18 @@ def process_record(record: Incoming, runtime: Runtime, deadline: Deadline, calls
 
 
 def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls) -> Outcome:
-    decision = classify(record, runtime.settings, here(runtime))
+    decision = classify_here(record, runtime)
     if decision.session is None:
         if decision.elsewhere is not None:  # a worker per region of a global table: that region cleans it
             runtime.metrics.count("SessionsElsewhere", "Region", decision.elsewhere)
         return _outcome(record, decision, Status.SKIPPED)
-    fence = Fence(_reader(record, runtime, calls))
-    steps = plan(decision.session, runtime, fence, calls)
     dry_run = runtime.settings.cleanup_mode is CleanupMode.DRY_RUN
-    done = _act(steps, runtime, deadline, fence, dry_run=dry_run)
-    results = tuple(done[id(step)] for step in steps)  # reported in plan order
+    results, stopped = clean_session(
+        decision.session, _reader(record, runtime, calls), runtime, deadline, calls, dry_run
+    )
     failures = [result for result in results if not result.ok]
-    if fence.stopped is not None:
-        return _outcome(record, decision, Status.FAILED, results, error=fence.stopped)
+    if stopped is not None:
+        return _outcome(record, decision, Status.FAILED, results, error=stopped)
     if not failures:
         return _outcome(record, decision, Status.PLANNED if dry_run else Status.CLEANED, results)
     return _outcome(
@@ -186,45 +183,6 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
         error="; ".join(f"{result.action}: {result.error}" for result in failures),
         permanent=any(result.permanent for result in failures),
     )
-
-
-def _act(
-    steps: list[Step], runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool
-) -> dict[int, ActionResult]:
-    """Each step's result, by ``id(step)``.
-
-    Steps go by their kind's ``phase``. The scratch data goes first (a user back while the grant is retired,
-    seconds under a KMS quota, finds a re-created session's data whole), each page on a read of its own. Then the
-    ``together`` kinds, the socket and the grant, are freed together on one read, the grant beside the socket
-    (``Runtime.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
-    Whatever follows a destructive call, or retries a step, reads again.
-    A dry run plans the steps one after another.
-    """
-    ordered = sorted(steps, key=lambda step: step.kind.phase)
-    for step in [] if dry_run else steps:
-        if step.prepare is not None:
-            step.prepare(deadline)  # a grant's name, read beside the first calls (``cleanup.actions.grant``)
-    started: set[int] = set()
-    beside: dict[int, Future[ActionResult]] = {}
-
-    def launch(reading: Reading) -> None:
-        for step in ordered:
-            if step.kind.together and step.run is not None and id(step) not in started | beside.keys():
-                fence.allow_once(step.action, reading)
-                beside[id(step)] = runtime.side_executor.submit(execute, step, runtime, deadline, fence)
-
-    done: dict[int, ActionResult] = {}
-    for step in ordered:
-        if id(step) in beside:
-            continue
-        if step.kind.together and not dry_run:
-            fence.on_next_permit(launch)  # this step's first call takes the other ``together`` kinds' along
-        started.add(id(step))
-        done[id(step)] = execute(step, runtime, deadline, fence, dry_run=dry_run)
-        fence.on_next_permit(None)
-    for key, future in beside.items():
-        done[key] = future.result()
-    return done
 
 
 def _reader(record: StreamRecord, runtime: Runtime, calls: BatchCalls) -> Reader | None:
@@ -238,11 +196,7 @@ def _reader(record: StreamRecord, runtime: Runtime, calls: BatchCalls) -> Reader
         raise MissingConfigError(
             "cannot check for a reconnected session: set SESSION_TABLE (or RACE_CHECK=false, if keys are never reused)"
         )
-
-    def read(deadline: Deadline, then: str | None) -> Session | None:
-        return calls.live(table, record.keys, deadline, then)
-
-    return read
+    return calls.reader(table, record.keys)
 
 
 def _outcome(

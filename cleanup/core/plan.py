@@ -1,13 +1,18 @@
-"""Planning a session's cleanup into steps, and carrying them out (or, in a dry run, describing them)."""
+"""Planning a session's cleanup into steps, and carrying them out (or, in a dry run, describing them).
+
+``clean_session`` is what the pipeline calls once a record is a session to clean: it puts the session behind its
+fence, plans the steps and acts on them; the steps' actions do not call back into the pipeline.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from cleanup.actions.api import Context, Holding, Run, Step
 from cleanup.aws.retry import Deadline, call_with_retry
-from cleanup.core.fence import Fence
+from cleanup.core.fence import Fence, Reader, Reading
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
 from cleanup.runtime import Runtime
 from schemas.outcomes import ActionResult, ActionStatus
@@ -16,7 +21,7 @@ from schemas.session import Session
 if TYPE_CHECKING:
     from cleanup.aws.batch_calls import BatchCalls
 
-__all__ = ["Run", "Step", "execute", "plan"]
+__all__ = ["Run", "Step", "act", "clean_session", "execute", "plan"]
 
 
 def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
@@ -29,6 +34,20 @@ def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | N
     """
     context = Context(runtime, fence, calls)
     return [step for kind in runtime.kinds for step in kind.plan(session, context)]
+
+
+def clean_session(
+    session: Session, read: Reader | None, runtime: Runtime, deadline: Deadline, calls: BatchCalls, dry_run: bool
+) -> tuple[tuple[ActionResult, ...], str | None]:
+    """Free ``session``'s resources behind a fence reading the live item with ``read`` (None: RACE_CHECK=false).
+
+    Returns:
+        Each step's result, in plan order; and why the fence stopped the record, if it did.
+    """
+    fence = Fence(read)
+    steps = plan(session, runtime, fence, calls)
+    done = act(steps, runtime, deadline, fence, dry_run=dry_run)
+    return tuple(done[id(step)] for step in steps), fence.stopped
 
 
 def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool = False) -> ActionResult:
@@ -56,6 +75,45 @@ def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, d
         fence.stale()
         return _failed(step, exc)
     return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
+
+
+def act(
+    steps: list[Step], runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool
+) -> dict[int, ActionResult]:
+    """Each step's result, by ``id(step)``.
+
+    Steps go by their kind's ``phase``. The scratch data goes first (a user back while the grant is retired,
+    seconds under a KMS quota, finds a re-created session's data whole), each page on a read of its own. Then the
+    ``together`` kinds, the socket and the grant, are freed together on one read, the grant beside the socket
+    (``Runtime.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
+    Whatever follows a destructive call, or retries a step, reads again.
+    A dry run plans the steps one after another.
+    """
+    ordered = sorted(steps, key=lambda step: step.kind.phase)
+    for step in [] if dry_run else steps:
+        if step.prepare is not None:
+            step.prepare(deadline)  # a grant's name, read beside the first calls (``cleanup.actions.grant``)
+    started: set[int] = set()
+    beside: dict[int, Future[ActionResult]] = {}
+
+    def launch(reading: Reading) -> None:
+        for step in ordered:
+            if step.kind.together and step.run is not None and id(step) not in started | beside.keys():
+                fence.allow_once(step.action, reading)
+                beside[id(step)] = runtime.side_executor.submit(execute, step, runtime, deadline, fence)
+
+    done: dict[int, ActionResult] = {}
+    for step in ordered:
+        if id(step) in beside:
+            continue
+        if step.kind.together and not dry_run:
+            fence.on_next_permit(launch)  # this step's first call takes the other ``together`` kinds' along
+        started.add(id(step))
+        done[id(step)] = execute(step, runtime, deadline, fence, dry_run=dry_run)
+        fence.on_next_permit(None)
+    for key, future in beside.items():
+        done[key] = future.result()
+    return done
 
 
 _HELD = {"heldBy": "live session"}

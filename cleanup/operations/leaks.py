@@ -61,6 +61,11 @@ class Found:
     where: ScratchLocation | None = None
     membership: dict[str, Any] | None = field(default=None, hash=False)
 
+    @property
+    def location(self) -> Any:
+        """What its kind frees it by besides ``ident``: the membership's key, the prefix, or the grant's key."""
+        return next((where for where in (self.membership, self.where, self.key_id) if where is not None), None)
+
 
 def allowed_keys(settings: Settings) -> list[str]:
     """KMS_KEY_ID and the ALLOWED_KMS_KEY_IDS keys, each once."""

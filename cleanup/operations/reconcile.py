@@ -33,14 +33,12 @@ reconcile has no record of the session, only the item can say it is gone.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any
 
 from cleanup.actions import grant, registry, scratch
-from cleanup.actions.api import ActionKind, Gate
+from cleanup.actions.api import ActionKind, Gate, Orphan
 from cleanup.aws.coalesce import Part
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.core.fence import Fence, Reader
@@ -48,6 +46,10 @@ from cleanup.core.race import BATCH_KEYS, read_live_items
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
 from cleanup.operations import leaks
 from cleanup.operations.leaks import Found
+from cleanup.operations.reconcile_report import KEPT as KEPT
+from cleanup.operations.reconcile_report import RESOURCES as RESOURCES
+from cleanup.operations.reconcile_report import ReconcileReport as ReconcileReport
+from cleanup.operations.reconcile_report import Verdict as Verdict
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus
@@ -57,53 +59,13 @@ from schemas.settings import CleanupMode
 CONNECTION_CAP_SECONDS = 7200
 """API Gateway's longest WebSocket connection: a membership joined longer ago than that (and the grace period) has no
 open connection left to post to."""
-RESOURCES = (grant.ACTION, scratch.ACTION, registry.ACTION)
 KINDS: dict[str, type[ActionKind]] = {
     grant.ACTION: grant.Grant,
     scratch.ACTION: scratch.Scratch,
     registry.ACTION: registry.Membership,
 }
-"""How the fence tells whether a live session holds each resource reconcile frees."""
-
-
-class Verdict(StrEnum):
-    """What became of one listed resource."""
-
-    FREED = "freed"
-    GONE = "gone"  # gone already when it was to be freed
-    PLANNED = "planned"  # dry run: would have been freed
-    LIVE = "live"  # its session is live (or came back before the call): kept
-    YOUNG = "young"  # younger than the grace period, or its age is unknown: kept
-    UNCONVENTIONAL = "unconventional"  # maps to no session: never touched
-    FAILED = "failed"
-
-
-KEPT = (Verdict.LIVE, Verdict.YOUNG, Verdict.UNCONVENTIONAL)
-
-
-@dataclass
-class ReconcileReport:
-    """Counts by resource and verdict."""
-
-    mode: str
-    counts: dict[str, Counter[Verdict]] = field(default_factory=lambda: {name: Counter() for name in RESOURCES})
-    plan: list[dict[str, Any]] = field(default_factory=list)
-    """What a dry run would free (a dry run's plan), one entry per resource."""
-    stopped: str | None = None
-    """Why the registry's scan stopped before its end (what was decided before stays decided), or None."""
-
-    @property
-    def ok(self) -> bool:
-        return self.stopped is None and not any(counter[Verdict.FAILED] for counter in self.counts.values())
-
-    def summary(self) -> dict[str, Any]:
-        """A flat dict for the CLI's output, the log line and the Lambda's result."""
-        by_resource = {
-            name: {"listed": sum(counter.values()), **{verdict.value: counter[verdict] for verdict in Verdict}}
-            for name, counter in self.counts.items()
-        }
-        stopped = {"stopped": self.stopped} if self.stopped else {}
-        return {"mode": self.mode, **by_resource, **stopped, **({"plan": self.plan} if self.plan else {})}
+"""The kind of each resource reconcile frees: how the fence tells whether a live session holds it, and how it is
+freed (``ActionKind.free_orphans``)."""
 
 
 def reconcile(
@@ -250,10 +212,11 @@ class _Run:
         fence = Fence(self._reader(key, first=None))
         fence.reading(self.deadline, None)
         fence.stale()  # the permit reads again, right before the call
-        permit = fence.guard(KINDS[item.resource](self.runtime.settings), item.ident, item.where)
+        kind = KINDS[item.resource](self.runtime.settings)
+        permit = fence.guard(kind, item.ident, item.where)
         try:
             status = call_with_retry(
-                lambda: self._act(items, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
+                lambda: self._act(kind, items, permit), self.runtime.settings, self.deadline, lambda _: fence.stale()
             )
         except NowHeldError as exc:
             log.info("reconcile: kept, the session came back", extra=_detail(item, exc))
@@ -264,21 +227,9 @@ class _Run:
         log.info("reconcile: freed", extra=_detail(item))
         return Verdict.FREED if status is ActionStatus.DONE else Verdict.GONE
 
-    def _act(self, items: list[Found], permit: Gate) -> ActionStatus:
-        clients, item = self.runtime.clients, items[0]
-        if item.resource == registry.ACTION:
-            keys = [found.membership for found in items if found.membership is not None]
-            table = self.runtime.settings.registry_table or ""
-            registry.remove(clients.dynamodb, table, keys, self.deadline, permit=permit)
-            return ActionStatus.DONE  # BatchWriteItem cannot tell whether an item was there
-        if item.where is None:
-            assert item.key_id is not None
-            return grant.retire_grant(clients.kms, item.key_id, item.ident, self.deadline, permit=permit)
-        versioned = self.runtime.is_versioned(item.where.bucket, self.deadline)
-        deleted = scratch.delete_prefix(
-            clients.s3, item.where, versioned=versioned, deadline=self.deadline, permit=permit
-        )
-        return ActionStatus.DONE if deleted else ActionStatus.ALREADY_DONE
+    def _act(self, kind: ActionKind, items: list[Found], permit: Gate) -> ActionStatus:
+        orphans = [Orphan(found.ident, found.location) for found in items]
+        return kind.free_orphans(orphans, permit, self.runtime, self.deadline)
 
     def _reader(self, key: dict[str, Any], first: Session | None) -> Reader:
         """Reads the item under ``key``; its first answer is ``first``, the reading the decision was made on."""

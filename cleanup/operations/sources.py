@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cleanup.exceptions import SourceFileError
+from cleanup.operations.json_positions import element_lines, first_char, line_at
 from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
 from schemas.records import (
     RecordError,
@@ -91,7 +92,7 @@ def read_file(path: str | Path) -> list[Entry]:
         return _read_lines(name, text, f"{name}:{whole.lineno}:{whole.colno}: not JSON: {whole.msg}")
     except RecursionError:  # one document too deep, or JSON lines whose first one is
         return _read_lines(name, text, f"{name}: JSON nested too deeply to read")
-    entries = list(_document(document, text, Location(name, _line_at(text, _first_char(text)))))
+    entries = list(_document(document, text, Location(name, line_at(text, first_char(text)))))
     if entries and isinstance(entries[0], Rejected) and entries[0].error.startswith(_UNKNOWN):
         raise SourceFileError(f"{name}: {entries[0].error}")
     return entries
@@ -209,7 +210,7 @@ def _records_document(document: dict[str, Any], text: str | None, where: Locatio
         isinstance(raw, dict) and "eventSourceARN" in raw for raw in records
     )
     source = Source.LAMBDA if is_lambda else Source.STREAMS
-    lines = _element_lines(text, "Records", len(records))
+    lines = element_lines(text, "Records", len(records))
     for index, raw in enumerate(records):
         place = Location(where.file, lines[index] if lines else where.line, f"Records[{index}]")
         if is_kinesis_event_record(raw):  # a Lambda event of a Kinesis data stream
@@ -225,7 +226,7 @@ def _kcl_message(message: dict[str, Any], text: str | None, where: Location) -> 
     if not isinstance(records, list):
         yield Rejected(where, "KCL processRecords message without a 'records' list")
         return
-    lines = _element_lines(text, "records", len(records))
+    lines = element_lines(text, "records", len(records))
     for index, kinesis in enumerate(records):
         place = Location(where.file, lines[index] if lines else where.line, f"records[{index}]")
         yield _kinesis_record(kinesis, place)
@@ -267,48 +268,3 @@ def _entry(raw: Any, source: Source | None, sequence_number: str | None, where: 
         return FileRecord(read_record(raw, source, sequence_number), where)
     except RecordError as exc:
         return Rejected(where, f"{exc} (its sequence number cannot be read)")
-
-
-def _first_char(text: str) -> int:
-    return len(text) - len(text.lstrip())
-
-
-def _line_at(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
-def _element_lines(text: str | None, key: str, count: int) -> list[int] | None:
-    """The line each element of the top-level array ``key`` starts on (``text`` is known to be valid JSON)."""
-    if text is None:
-        return None
-    decoder = json.JSONDecoder()
-    at = _skip(text, _first_char(text) + 1)  # past the opening brace
-    while at < len(text) and text[at] != "}":
-        name, at = decoder.raw_decode(text, at)
-        at = _skip(text, _skip(text, at) + 1)  # past the colon
-        if name == key and text[at] == "[":
-            offsets = _array_offsets(decoder, text, at)
-            return [_line_at(text, offset) for offset in offsets] if len(offsets) == count else None
-        _, at = decoder.raw_decode(text, at)
-        at = _skip(text, at)
-        if text[at] == ",":
-            at = _skip(text, at + 1)
-    return None
-
-
-def _array_offsets(decoder: json.JSONDecoder, text: str, at: int) -> list[int]:
-    offsets = []
-    at = _skip(text, at + 1)
-    while text[at] != "]":
-        offsets.append(at)
-        _, at = decoder.raw_decode(text, at)
-        at = _skip(text, at)
-        if text[at] == ",":
-            at = _skip(text, at + 1)
-    return offsets
-
-
-def _skip(text: str, at: int) -> int:
-    while at < len(text) and text[at] in " \t\r\n":
-        at += 1
-    return at

@@ -7,8 +7,7 @@ Sizes: a message may be as large as the queue's MaximumMessageSize (asked once p
 SendMessageBatch carries at most 10 messages and 1 MiB in all, so batches are made by bytes. A body is ASCII JSON
 (non-ASCII escaped, so always valid SQS text), and its size is its UTF-8 length. A record whose message would be
 too large (escaping can triple an item's 400 KB) is stored as an S3 object under DEAD_LETTER_PREFIX in
-DEAD_LETTER_BUCKET (the claim-check pattern): the object holds the whole message, and the message sent carries
-``recordObject`` (bucket, key, version) in place of the record, with every other field and ``recordDigest``.
+DEAD_LETTER_BUCKET, and the message names it (``cleanup.queues.stored_records``).
 
 Every message sent carries an integrity tag (``cleanup.queues.integrity``: a KMS HMAC over its whole content, the stored
 record's digest included), checked by the drain and redrive before they free anything it names. A record's images
@@ -19,9 +18,7 @@ the table. The object's key (it holds the sequence number) is logged at DEBUG on
 from __future__ import annotations
 
 import json
-import re
 import time
-import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,15 +26,19 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError
-from cleanup.queues.integrity import DIGEST_FIELD, TAG_BYTES, digest, seal
+from cleanup.queues.integrity import TAG_BYTES, digest, seal
 from cleanup.queues.record_image import needed_only
+from cleanup.queues.stored_records import OBJECT_KEY as OBJECT_KEY
+from cleanup.queues.stored_records import SHORT_ERROR as SHORT_ERROR
+from cleanup.queues.stored_records import is_object_key as is_object_key
+from cleanup.queues.stored_records import message_size as message_size
+from cleanup.queues.stored_records import object_key, pointer_body, put_record
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome
 from schemas.records import StreamRecord, UnreadableRecord, record_id, split_record_id
 from schemas.settings import AttributeNames, CleanupMode
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
     from cleanup.runtime import Runtime
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 SQS_BATCH = 10
 SQS_BATCH_BYTES = 1_048_576  # SendMessageBatch: the sum of its messages' sizes
 MESSAGE_FORMAT = "session-cleanup.dead-letter.v1"
-SHORT_ERROR = 1_000  # characters of the error a message keeps when its whole error is in the object
-OBJECT_KEY = r"[0-9]{4}/[0-9]{2}/[0-9]{2}/(?:[0-9]{1,64}|unknown)-[0-9a-f]{32}\.json"
-_SEQUENCE_NUMBER = re.compile(r"[0-9]{1,64}")
 
 
 def message_body(
@@ -140,11 +138,6 @@ class Letter:
         return message_size(self.body)
 
 
-def message_size(body: str) -> int:
-    """What SQS counts: the body's UTF-8 bytes (the same as its length, since bodies are ASCII JSON)."""
-    return len(body.encode("utf-8"))
-
-
 def batches(letters: Sequence[Letter]) -> Iterator[list[Letter]]:
     """The letters in SendMessageBatch requests, in order: at most 10 messages and 1 MiB each."""
     batch: list[Letter] = []
@@ -206,7 +199,9 @@ def stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline:
         return None
     key = object_key(settings.dead_letter_prefix, str(message.get("sequenceNumber")))
     try:
-        location = call_with_retry(lambda: _put(runtime.clients.s3, bucket, key, body, deadline), settings, deadline)
+        location = call_with_retry(
+            lambda: put_record(runtime.clients.s3, bucket, key, body, deadline), settings, deadline
+        )
         untagged = pointer_body(message, location, limit - TAG_BYTES, digest(body.encode("utf-8")))
         if untagged is None:
             log.error("even the message naming a stored record is too large; it stays failed", extra=about)
@@ -218,58 +213,6 @@ def stored_letter(index: int, body: str, runtime: Runtime, limit: int, deadline:
     log.info("record too large for a message: stored for the dead-letter queue", extra=about)
     log.debug("stored record", extra={**about, **location})  # the key holds the sequence number: DEBUG only
     return Letter(index, pointer, stored=key)
-
-
-def object_key(prefix: str, sequence_number: str, now: float | None = None) -> str:
-    """A new object's key: the prefix, the day, the sequence number (when it is digits) and a random id.
-
-    Nothing a record supplies goes into a key as it is: a sequence number that is not all digits is left out.
-    """
-    day = time.strftime("%Y/%m/%d", time.gmtime(time.time() if now is None else now))
-    number = sequence_number if _SEQUENCE_NUMBER.fullmatch(sequence_number) else "unknown"
-    return f"{prefix}{day}/{number}-{uuid.uuid4().hex}.json"
-
-
-def is_object_key(key: str, prefix: str) -> bool:
-    """Whether ``key`` is one ``object_key`` makes under ``prefix`` (a message's location is checked with it)."""
-    return re.fullmatch(re.escape(prefix) + OBJECT_KEY, key) is not None
-
-
-def pointer_body(message: dict[str, Any], location: dict[str, str], limit: int, record_digest: str) -> str | None:
-    """The message naming the stored record: every field but the record, ``recordObject`` and ``recordDigest`` (the
-    digest of the object's bytes, which the message's integrity tag then covers).
-
-    When that is still over ``limit`` (an error quoting a huge item attribute), the error is shortened and the actions
-    cut to their names and statuses, with ``truncated``: both are whole in the object. None if even that is too large.
-    """
-    pointer = {name: value for name, value in message.items() if name != "record"}
-    pointer["recordObject"] = location
-    pointer[DIGEST_FIELD] = record_digest
-    body = json.dumps(pointer, default=str)
-    if message_size(body) <= limit:
-        return body
-    error = pointer.get("error")
-    if isinstance(error, str) and len(error) > SHORT_ERROR:
-        pointer["error"] = error[:SHORT_ERROR] + "..."
-    pointer["actions"] = [
-        {name: action.get(name) for name in ("action", "status", "permanent")}
-        for action in pointer.get("actions") or []
-        if isinstance(action, dict)
-    ]
-    pointer["truncated"] = True
-    body = json.dumps(pointer, default=str)
-    return body if message_size(body) <= limit else None
-
-
-def _put(s3: S3Client, bucket: str, key: str, body: str, deadline: Deadline) -> dict[str, str]:
-    data = body.encode("utf-8")
-    answer = call(
-        s3.put_object, "PutObject", deadline, Bucket=bucket, Key=key, Body=data, ContentType="application/json"
-    )
-    location = {"bucket": bucket, "key": key}
-    if answer.get("VersionId") and answer["VersionId"] != "null":
-        location["versionId"] = str(answer["VersionId"])  # a versioned bucket: redrive deletes this very version
-    return location
 
 
 def _out_of_time(unsent: list[Letter]) -> None:

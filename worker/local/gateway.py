@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import secrets
 import string
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-T = TypeVar("T")
+from worker.local.gateway_client import GatewayClient as GatewayClient
+from worker.local.gateway_client import LoopThread
 
 MAX_POST_BYTES = 128 * 1024  # API Gateway's WebSocket frame limit
 ERROR_TYPES = {
@@ -47,23 +46,6 @@ def new_connection_id() -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class _LoopThread:
-    """An asyncio event loop running in a daemon thread, driven from synchronous code."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 10.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
 
 
 @dataclass
@@ -94,14 +76,14 @@ class LocalGateway:
         self._lock = threading.Lock()
         self._connections: dict[str, _Connection] = {}
         self._faults: list[_Fault] = []
-        self._server: _LoopThread | None = None
-        self._clients: _LoopThread | None = None
+        self._server: LoopThread | None = None
+        self._clients: LoopThread | None = None
         self._runner: web.AppRunner | None = None
         self._open_clients: list[GatewayClient] = []
 
     # Lifecycle.
     def start(self) -> LocalGateway:
-        self._server = _LoopThread("local-gateway")
+        self._server = LoopThread("local-gateway")
         self._server.run(self._serve())
         return self
 
@@ -162,7 +144,7 @@ class LocalGateway:
     def connect(self, timeout: float = 5.0) -> GatewayClient:
         """Open a real WebSocket client to this gateway and wait for its connection id."""
         if self._clients is None:
-            self._clients = _LoopThread("local-gateway-clients")
+            self._clients = LoopThread("local-gateway-clients")
         client = self._clients.run(GatewayClient.open(self._clients, self.ws_url, timeout), timeout + 1)
         self._open_clients.append(client)
         return client
@@ -263,58 +245,3 @@ def _error(status: int, error_type: str | None, message: str | None) -> web.Resp
     # botocore's rest-json parser takes the error code from x-amzn-ErrorType; API Gateway's GoneException body is
     # {"message": null}.
     return _json(status, {"message": message}, {"x-amzn-ErrorType": error_type} if error_type else None)
-
-
-class GatewayClient:
-    """A real WebSocket client of the gateway (aiohttp over TCP), driven synchronously; a background task reads."""
-
-    def __init__(self, loop: _LoopThread, session: aiohttp.ClientSession, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.connection_id = ""
-        self.messages: queue.Queue[str | bytes] = queue.Queue()
-        self.close_code: int | None = None
-        self._loop = loop
-        self._session = session
-        self._ws = ws
-        self._closed = threading.Event()
-        self._reader: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def open(cls, loop: _LoopThread, url: str, timeout: float) -> GatewayClient:
-        session = aiohttp.ClientSession()
-        try:
-            ws = await session.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=timeout))
-            hello = await ws.receive_json(timeout=timeout)
-        except BaseException:
-            await session.close()
-            raise
-        client = cls(loop, session, ws)
-        client.connection_id = str(hello["connectionId"])
-        client._reader = asyncio.get_running_loop().create_task(client._read())
-        return client
-
-    async def _read(self) -> None:
-        async for message in self._ws:
-            if message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
-                self.messages.put(message.data)
-        self.close_code = self._ws.close_code
-        await self._session.close()
-        self._closed.set()
-
-    @property
-    def closed(self) -> bool:
-        """True once the socket is closed (by the server, or by ``close()``)."""
-        return self._closed.is_set()
-
-    def wait_closed(self, timeout: float = 5.0) -> bool:
-        """Wait for the socket to close; False if it is still open after ``timeout`` seconds."""
-        return self._closed.wait(timeout)
-
-    def receive(self, timeout: float = 5.0) -> str | bytes:
-        """The next message the gateway delivered (``queue.Empty`` after ``timeout``)."""
-        return self.messages.get(timeout=timeout)
-
-    def close(self) -> None:
-        """Close from the client side, as a browser leaving would."""
-        if not self.closed:
-            self._loop.run(self._ws.close())
-            self._closed.wait(5.0)

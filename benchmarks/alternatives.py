@@ -1,7 +1,13 @@
-"""The baseline: a stream handler written the way the source design's handler works, in Python with boto3.
+"""The two alternatives the worker is measured against: one record after another, as the source design's handler.
 
-One record after another; ``unmarshall`` of the OldImage; DeleteConnection (any error ignored), RetireGrant (errors
-logged), then ListObjectsV2 + DeleteObjects page by page. No race check, no retries of its own, no concurrency.
+``SequentialHandler``, the baseline: a stream handler written the way the source design's handler works, in Python
+with boto3. One record after another; ``unmarshall`` of the OldImage; DeleteConnection (any error ignored),
+RetireGrant (errors logged), then ListObjectsV2 + DeleteObjects page by page. No race check, no retries of its own, no
+concurrency.
+
+``PowertoolsHandler``: the same actions run under Powertools' ``BatchProcessor`` (EventType.DynamoDBStreams).
+Powertools decodes each record (its own TypeDeserializer, base64 binary included), calls the record handler one record
+after another, and builds the partial batch response from the records whose handler raised.
 """
 
 from __future__ import annotations
@@ -10,6 +16,11 @@ import contextlib
 from typing import Any
 
 import boto3
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import (
+    DynamoDBRecord,
+    DynamoDBRecordEventName,
+)
 from boto3.dynamodb.types import TypeDeserializer
 
 _deserializer = TypeDeserializer()
@@ -65,3 +76,24 @@ class SequentialHandler:
             token = listed.get("NextContinuationToken") if listed.get("IsTruncated") else None
             if not token:
                 return
+
+
+class PowertoolsHandler:
+    """``handler(event, context)`` returning ``batchItemFailures``, with the baseline's cleanup per record."""
+
+    def __init__(self, *, bucket: str, kms_key_id: str, callback_url: str) -> None:
+        self.actions = SequentialHandler(bucket=bucket, kms_key_id=kms_key_id, callback_url=callback_url)
+        self.processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+    def record_handler(self, record: DynamoDBRecord) -> None:
+        if record.event_name is not DynamoDBRecordEventName.REMOVE or record.dynamodb is None:
+            return
+        old_image = record.dynamodb.old_image
+        if not old_image:
+            return
+        identity = record.user_identity or {}
+        reason = "ttl" if identity.get("principalId") == "dynamodb.amazonaws.com" else "explicit"
+        self.actions.cleanup_session(old_image, reason)
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return dict(process_partial_response(event, self.record_handler, self.processor, context))
