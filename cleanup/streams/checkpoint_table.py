@@ -125,10 +125,13 @@ def _create_table(dynamodb: DynamoDBClient, table: str) -> str:
 def _enable_expiry(dynamodb: DynamoDBClient, table: str) -> None:
     """Turn on the table's TTL (``EXPIRY_ATTRIBUTE``). Housekeeping only: a refusal is logged, and the worker goes on
     (expired items are never read as live: a first-try time past its expiry belongs to no deliverable record)."""
-    spec = {"Enabled": True, "AttributeName": EXPIRY_ATTRIBUTE}
     try:
         table_call(
-            dynamodb.update_time_to_live, "UpdateTimeToLive", table, TableName=table, TimeToLiveSpecification=spec
+            dynamodb.update_time_to_live,
+            "UpdateTimeToLive",
+            table,
+            TableName=table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": EXPIRY_ATTRIBUTE},
         )
     except CleanupError as exc:
         log.warning("checkpoint table TTL not enabled; old first-try times will stay", extra={"error": str(exc)})
