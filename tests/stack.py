@@ -34,6 +34,17 @@ def shared_client(service: str) -> Any:
     return client(service)
 
 
+def table_exists(ddb: Any, name: str) -> bool:
+    """Whether table ``name`` exists, asked of the table itself. ``ListTables`` answers one page of 100 names, and the
+    run's one server holds more tables than that once a worker has run a hundred stacks: a name past the first page
+    would read as missing."""
+    try:
+        ddb.describe_table(TableName=name)
+    except ddb.exceptions.ResourceNotFoundException:
+        return False
+    return True
+
+
 @dataclass
 class SessionStack:
     aws: LocalAws

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.stack import SessionStack, client
+from tests.stack import SessionStack, client, table_exists
 from worker import check
 from worker.local.backend import create_registry_table
 
@@ -70,7 +70,7 @@ def failures(lines: list[str]) -> list[str]:
 def new_table(stream_view: str | None) -> str:
     ddb = client("dynamodb")
     name = f"other-{stream_view or 'nostream'}".lower().replace("_", "-")
-    if name in ddb.list_tables()["TableNames"]:
+    if table_exists(ddb, name):
         return name
     spec = {"StreamEnabled": True, "StreamViewType": stream_view} if stream_view else {"StreamEnabled": False}
     ddb.create_table(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack import SessionStack, client
+from tests.stack import SessionStack, client, table_exists
 from worker import cli, lambda_handler
 
 EVENTS = sorted((Path(__file__).parent.parent / "events").glob("lambda-*.json"))
@@ -18,7 +18,7 @@ TABLE = "sessions"  # the table the example events name
 @pytest.fixture
 def example_env(worker_env: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionStack:
     ddb = client("dynamodb")
-    if TABLE not in ddb.list_tables()["TableNames"]:
+    if not table_exists(ddb, TABLE):
         ddb.create_table(
             TableName=TABLE,
             AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk")],

@@ -4,9 +4,11 @@ it, and the next calls still run. Every wait for a slot has a bound, with or wit
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from botocore.awsrequest import AWSPreparedRequest
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import OutOfTimeError, TransientError
+from cleanup.queues.integrity import seal
 from schemas.settings import Settings
 from tests.proxy import GARBLED, FaultPlan, FaultProxy
 from tests.scenarios.helpers import ProxiedClients
@@ -133,3 +136,48 @@ def describe_when_busy(clients: ProxiedClients, stack: SessionStack) -> None:
     while gate.in_flight < gate.limit:  # the holder's attempt has its slot once it is in flight
         time.sleep(0.01)
     describe(clients, stack, Deadline())
+
+
+def test_a_quota_wait_bounds_the_wait_for_a_rates_turn_not_for_a_slot(stack: SessionStack, proxy: FaultProxy) -> None:
+    # QUOTA_WAIT_SECONDS 0: no wait at all for a throttling service's turn. No service here throttles; the waiter only
+    # waits for the one slot, which a listing holds: the deadline bounds that wait, and it is answered.
+    settings = settings_for(stack, max_concurrency=1, quota_wait_seconds=0.0)
+    clients = ProxiedClients(settings, proxy.url)
+    proxy.plan.latency["dynamodb:ListTables"] = 1.0  # the one slot is held this long by a listing
+    dynamodb = clients.dynamodb
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        holder = pool.submit(lambda: call(dynamodb.list_tables, "ListTables", None))
+        gate = clients.pacer.gate("dynamodb")
+        while gate.in_flight < gate.limit:
+            time.sleep(0.01)
+        waited = describe(clients, stack, Deadline.after(30.0))
+        held = holder.result()
+
+    assert "TableNames" in held
+    assert waited["Table"]["TableName"] == stack.table
+
+
+def test_a_message_is_tagged_at_once_while_retiregrant_waits_for_its_own_quota(
+    stack: SessionStack, proxy: FaultProxy
+) -> None:
+    # KMS counts RetireGrant against a quota of its own and GenerateMac against the cryptographic one: a backlog
+    # message's tag must not wait for a turn at the rate that RetireGrant's throttling taught.
+    settings = settings_for(stack, quota_wait_seconds=0.0)
+    clients = ProxiedClients(settings, proxy.url)
+    proxy.plan.quotas["kms:RetireGrant"] = 1.0
+    retire = {"KeyId": stack.key_arn, "GrantId": "0" * 64}
+    deferred = None
+    for _ in range(200):  # until the pacer has learnt RetireGrant's rate and gives no turn at once
+        try:
+            call(clients.kms.retire_grant, "RetireGrant", Deadline.after(CALL_SECONDS), **retire)
+        except OutOfTimeError as exc:
+            deferred = exc
+            break
+        except TransientError:
+            continue  # throttled: still learning
+    assert deferred is not None and "no turn" in str(deferred)
+
+    tagged = seal('{"remaining": ["grant"]}', SimpleNamespace(settings=settings, clients=clients), Deadline.after(30.0))
+
+    assert "integrity" in json.loads(tagged)

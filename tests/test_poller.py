@@ -19,6 +19,7 @@ from cleanup.streams.lease import Lease
 from cleanup.streams.poller import StreamPoller
 from tests.faults import Faults
 from tests.proxy import FaultPlan, FaultProxy
+from tests.stack import table_exists
 from tests.waiting import wait_for
 from worker import poller as poller_command
 
@@ -62,7 +63,7 @@ def checkpoint(stack: Any, shard_id: str | None = None) -> dict[str, Any] | None
 
 
 def checkpoint_table_exists(stack: Any) -> bool:
-    return f"ckpt-{stack.table}" in stack.ddb.list_tables()["TableNames"]
+    return table_exists(stack.ddb, f"ckpt-{stack.table}")
 
 
 def only_shard(stack: Any) -> str:

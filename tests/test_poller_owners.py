@@ -14,6 +14,9 @@ from cleanup.exceptions import LeaseLostError
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Lease
 from cleanup.streams.poller import StreamPoller
+from tests.proxy import FaultPlan, FaultProxy
+from tests.scenarios.helpers import ProxiedClients
+from tests.test_health import FakeClock
 from tests.test_poller import ROOT, FakeTime, assert_cleaned, checkpoint, sequence_numbers, worker_command_env
 from tests.waiting import wait_for
 
@@ -102,3 +105,27 @@ def test_two_run_commands_with_the_same_consumer_id_never_both_hold_the_lease(st
     holding = [log.read_text().count('"holding the stream lease"') for log in logs]
     assert owner_while_both_run == first_owner and first_owner.startswith("replica:")
     assert holding[0] == 1 and holding[1] == 0, holding
+
+
+def test_a_renewal_applied_whose_answer_was_lost_keeps_the_lease(stack, aws):
+    # The service wrote the renewal, but its answer came after the read timeout: the lease is still this holder's,
+    # at a version it did not see. The next renewal must not take that for a take-over.
+    table = f"ckpt-{stack.table}"
+    ensure_table(stack.ddb, table)
+    plan = FaultPlan(rate=0.0, kinds=("delay",), delay_seconds=2.0)
+    with FaultProxy(aws.endpoint_url, plan) as proxy:
+        settings = stack.settings(checkpoint_table=table, http_timeout_seconds=0.5, botocore_max_attempts=1)
+        clients = ProxiedClients(settings, proxy.url)
+        lease = Lease(clients.dynamodb, table, stack.stream_arn, "me", 10.0, FakeClock())
+        assert lease.try_acquire()
+        before = int(lease_item(stack)["version"]["N"])
+        plan.rates["dynamodb:UpdateItem"] = 1.0
+        unanswered = lease.renew()
+        applied = int(lease_item(stack)["version"]["N"])
+        plan.rates.clear()
+
+        renewed = [lease.renew(), lease.renew()]  # the first finds the version it missed, the next renews from it
+
+    assert unanswered and applied == before + 1  # written, though the holder never heard so
+    assert renewed == [True, True] and lease.held
+    assert lease_item(stack)["owner"]["S"] == lease.owner and int(lease_item(stack)["version"]["N"]) == applied + 1

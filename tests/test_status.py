@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
+from cleanup.streams.checkpoints import Checkpoint, CheckpointStore, ensure_table
 from cleanup.streams.lease import Lease
 from tests.stack import SessionStack, client
-from tests.test_poller import checkpoint, make_poller, sequence_numbers
+from tests.test_poller import checkpoint, make_poller, only_shard, sequence_numbers
 from worker import cli
 from worker.local.appconfig import LocalAgent, flag
 
@@ -110,3 +112,31 @@ def test_status_shows_the_backlogs_depth_when_there_is_one(status_env, capsys, m
 
     assert code == 0 and report["queues"]["backlog"]["messages"] == 3
     assert "backlog      3 messages (0 in flight)" in screen
+
+
+@pytest.mark.parametrize("pin", ["at", "since"])
+def test_status_counts_the_records_waiting_from_a_latest_starts_pin(status_env, capsys, monkeypatch, pin):
+    stack = status_env
+    stack.put_session("a")
+    stack.delete("a")
+    first = sequence_numbers(stack)[0]
+    # A poller started at LATEST pinned the shard (at the first record it read, or at its start time) and has
+    # cleaned nothing yet: both records wait from the pin, though LATEST itself would show none.
+    table = f"ckpt-{stack.table}"
+    ensure_table(stack.ddb, table)
+    lease = Lease(stack.ddb, table, stack.stream_arn, "worker-a", 20.0)
+    assert lease.try_acquire()
+    saved = Checkpoint(None, at=first) if pin == "at" else Checkpoint(None, since=time.time() - 5)
+    CheckpointStore(stack.ddb, table, stack.stream_arn, lease).save(only_shard(stack), saved)
+    monkeypatch.setenv("START_POSITION", "LATEST")
+
+    code, report = status(capsys, "--table-name", stack.table, "--json")
+    _, screen = status(capsys, "--table-name", stack.table)
+
+    assert code == 0
+    [shard] = report["poller"]["shards"]
+    assert shard["checkpoint"] is None and shard["waiting"] == 2
+    if pin == "at":
+        assert shard["pinnedAt"] == first and f"pinned at {first}" in screen
+    else:
+        assert "pinnedSince" in shard and "pinned since" in screen

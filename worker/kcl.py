@@ -156,7 +156,7 @@ class ShardProcessor:
             return
         settings = self.runtime.settings
         scope = settings.session_table or "-"
-        store = FirstFailures(self.runtime.clients.dynamodb, settings.checkpoint_table, scope, self.shard_id)
+        store = FirstFailures(self.runtime.clients.dynamodb, settings, scope, self.shard_id)
         self.give_up_clock = GiveUpClock(store, shardId=self.shard_id)
 
     @exits_on_fault

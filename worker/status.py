@@ -123,4 +123,6 @@ def _show_poller(poller: dict[str, Any], out: IO[str]) -> None:
             lag = f"{shard['waiting']} records waiting, oldest {shard['lagSeconds']:.0f} s"
         else:
             lag = "caught up"
-        print(f"shard        {shard['shardId']}  checkpoint {shard['checkpoint'] or '-'}  {lag}", file=out)
+        pin = f" (pinned at {shard['pinnedAt']})" if "pinnedAt" in shard else ""
+        pin = pin or (f" (pinned since {shard['pinnedSince']})" if "pinnedSince" in shard else "")
+        print(f"shard        {shard['shardId']}  checkpoint {shard['checkpoint'] or '-'}{pin}  {lag}", file=out)

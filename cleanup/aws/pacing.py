@@ -18,8 +18,8 @@ passes through it, botocore's own retries included:
 * **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
   bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, BatchGetItem, ...) gets
   HTTP_TIMEOUT_SECONDS.
-* **Quotas apart.** A call with a quota of its own (``RATED_APART``: KMS's ListGrants) has a gate of its own, so
-  that it neither waits behind nor inflates the rate learnt for its service's other calls.
+* **Quotas apart.** A call with a quota of its own (``RATED_APART``: KMS's ListGrants, GenerateMac, VerifyMac) has a
+  gate of its own, so that it neither waits behind nor inflates the rate learnt for its service's other calls.
 * **Control calls apart.** Calls that name only the checkpoint table (the stream lease's renewals, checkpoints) have
   gates of their own (``dynamodb-control``): a session table throttling under a flood of race reads cannot make a
   lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
@@ -58,9 +58,11 @@ FREEING_OPERATIONS = frozenset({"DeleteConnection", "RetireGrant", "DeleteObject
 """Calls that free a session's resource: each attempt needs a permit of its own (``cleanup.core.fence``), so botocore
 does not send them again."""
 BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
-RATED_APART = frozenset({"ListGrants"})
+RATED_APART = frozenset({"ListGrants", "GenerateMac", "VerifyMac"})
 """Calls with a quota of their own, apart from the rest of their service's: each gets a gate of its own (KMS's
-ListGrants, 100 a second, must neither wait behind RetireGrant's learnt rate nor raise it past RetireGrant's quota)."""
+ListGrants, 100 a second, must neither wait behind RetireGrant's learnt rate nor raise it past RetireGrant's quota;
+GenerateMac and VerifyMac count against KMS's cryptographic quota, so a backlog message's tag never waits for a
+RetireGrant turn)."""
 CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a slow connect is retried (botocore)
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
@@ -192,11 +194,15 @@ class Pacer:
             f"{service}-control" if control else f"{service}-{operation}" if operation in RATED_APART else service
         )
         started = time.monotonic()
+        patience = min(spare, self.max_wait)
+        # QUOTA_WAIT_SECONDS bounds the wait for a throttling service's turn only: a slot frees as soon as an
+        # attempt in flight is answered, so the wait for one is bounded by the deadline alone, like any other.
         quota_wait = math.inf if self.quota_wait is None else self.quota_wait
-        patience = min(spare, self.max_wait, quota_wait)
-        turn = gate.rate.reserve(started + patience)
-        if turn is None and patience == quota_wait < min(spare, self.max_wait):  # with a backlog: defer, don't wait
-            raise OutOfTimeError(f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn in {patience:.2f} s")
+        turn = gate.rate.reserve(started + min(patience, quota_wait))
+        if turn is None and quota_wait < patience:  # with a backlog: defer, don't wait
+            raise OutOfTimeError(
+                f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn in {quota_wait:.2f} s"
+            )
         if turn is None:
             raise self._no_turn(operation, f"{service} accepts {gate.rate.limit:.1f}/s, no turn", spare)
         if turn > started:

@@ -1,9 +1,9 @@
 """The worker's state at a glance, gathered with read-only calls and the worker's own settings.
 
 * the mode in force: CLEANUP_MODE and the kill switch (read through the local agent, as the worker reads it);
-* the stream poller: each shard's checkpoint, its lag (records waiting after the checkpoint, and the age of the first
-  of them: a bounded read of at most ``LAG_PAGES`` GetRecords pages), and the stream lease's holder and term (one
-  Query of the checkpoint table);
+* the stream poller: each shard's checkpoint (or a LATEST start's pin), its lag (records waiting after the checkpoint
+  or from the pin, and the age of the first of them: a bounded read of at most ``LAG_PAGES`` GetRecords pages), and
+  the stream lease's holder and term (one Query of the checkpoint table);
 * the queues: depth (GetQueueAttributes) and oldest-message age, which SQS gives only as a CloudWatch metric
   (GetMetricStatistics ``ApproximateAgeOfOldestMessage``; "unknown" when CloudWatch has no datapoint);
 * the last sweep, as CloudWatch saw it: the sweeper keeps no state of its own, but every sweep emits
@@ -22,6 +22,7 @@ from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_call, table_exists
+from cleanup.streams.checkpoints import Checkpoint, checkpoint_of
 from cleanup.streams.lease import LEASE_SHARD
 from cleanup.streams.reader import ShardReader, list_shards
 
@@ -86,14 +87,27 @@ def _lease(item: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _shard(runtime: Runtime, stream_arn: str, shard_id: str, item: dict[str, Any] | None) -> dict[str, Any]:
-    checkpoint = (item or {}).get("sequenceNumber", {}).get("S")
-    line: dict[str, Any] = {"shardId": shard_id, "checkpoint": checkpoint}
-    if (item or {}).get("finished", {}).get("BOOL"):
+    saved = checkpoint_of(item) if item is not None else Checkpoint(None)
+    line: dict[str, Any] = {"shardId": shard_id, "checkpoint": saved.sequence_number}
+    if saved.finished:
         return {**line, "finished": True, "waiting": 0}
-    # Without a checkpoint the poller starts at START_POSITION: the lag counts from there.
+    # A LATEST start's pin is where the poller reads again from; the lag counts from there, as it does from a
+    # checkpoint, or else from START_POSITION.
+    if saved.at is not None:
+        line["pinnedAt"] = saved.at
+    if saved.since is not None:
+        line["pinnedSince"] = _iso(saved.since)
     start = runtime.settings.start_position
     reader = ShardReader(
-        runtime.clients.streams, stream_arn, shard_id, after=checkpoint, start=start, limit=1000, empty_reads_at_end=1
+        runtime.clients.streams,
+        stream_arn,
+        shard_id,
+        after=saved.sequence_number,
+        at=saved.at,
+        since=saved.since,
+        start=start,
+        limit=1000,
+        empty_reads_at_end=1,
     )
     waiting = 0
     first: dict[str, Any] | None = None

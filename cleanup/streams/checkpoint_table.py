@@ -22,12 +22,16 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 TABLE_ACTIVE_TIMEOUT_SECONDS = 120.0
+EXPIRY_ATTRIBUTE = "expiresAt"
+"""The table's TTL attribute: items that hold it (a failing record's first-try time) expire; checkpoints and the
+lease have none and stay."""
 IAM_ACTIONS: dict[str, tuple[str, ...]] = {
     "DescribeTable": ("dynamodb:DescribeTable",),
     "CreateTable": ("dynamodb:CreateTable",),
     "Query": ("dynamodb:Query",),
     "GetItem": ("dynamodb:GetItem",),
     "UpdateItem": ("dynamodb:UpdateItem",),
+    "UpdateTimeToLive": ("dynamodb:UpdateTimeToLive",),
 }
 """The IAM actions each call needs; a transaction needs those of its parts, given at its call."""
 
@@ -74,7 +78,9 @@ def ensure_table(dynamodb: DynamoDBClient, table: str, sleep: Callable[[float], 
         TransientError: throttling or a server error, or the table still not ACTIVE after two minutes.
         CheckpointTableError: anything else, e.g. a missing permission.
     """
-    status = _status(dynamodb, table) or _create_table(dynamodb, table)
+    status = _status(dynamodb, table)
+    created = status is None
+    status = status or _create_table(dynamodb, table)
     waited = 0.0
     while status != "ACTIVE":
         if waited > TABLE_ACTIVE_TIMEOUT_SECONDS:
@@ -82,6 +88,8 @@ def ensure_table(dynamodb: DynamoDBClient, table: str, sleep: Callable[[float], 
         sleep(1.0)
         waited += 1.0
         status = _status(dynamodb, table) or "DELETED"
+    if created:
+        _enable_expiry(dynamodb, table)
 
 
 def table_exists(dynamodb: DynamoDBClient, table: str) -> bool:
@@ -112,3 +120,18 @@ def _create_table(dynamodb: DynamoDBClient, table: str) -> str:
         BillingMode="PAY_PER_REQUEST",
     )
     return "CREATING" if created is None else str(created["TableDescription"]["TableStatus"])
+
+
+def _enable_expiry(dynamodb: DynamoDBClient, table: str) -> None:
+    """Turn on the table's TTL (``EXPIRY_ATTRIBUTE``). Housekeeping only: a refusal is logged, and the worker goes on
+    (expired items are never read as live: a first-try time past its expiry belongs to no deliverable record)."""
+    try:
+        table_call(
+            dynamodb.update_time_to_live,
+            "UpdateTimeToLive",
+            table,
+            TableName=table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": EXPIRY_ATTRIBUTE},
+        )
+    except CleanupError as exc:
+        log.warning("checkpoint table TTL not enabled; old first-try times will stay", extra={"error": str(exc)})

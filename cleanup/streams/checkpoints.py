@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef
 
-__all__ = ["Checkpoint", "CheckpointStore", "ensure_table"]
+__all__ = ["Checkpoint", "CheckpointStore", "checkpoint_of", "ensure_table"]
 
 SAVE_ACTIONS = ("dynamodb:PutItem", "dynamodb:ConditionCheckItem")
 SEQUENCE_DIGITS = 40  # DynamoDB Streams' longest sequence number
@@ -88,7 +88,7 @@ class CheckpointStore:
             for item in page.get("Items", []):
                 shard = item["shard"]["S"]
                 if shard != LEASE_SHARD:
-                    checkpoints[shard] = _checkpoint(item)
+                    checkpoints[shard] = checkpoint_of(item)
             if "LastEvaluatedKey" not in page:
                 return checkpoints
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -144,7 +144,8 @@ class CheckpointStore:
             raise table_error(exc, self._table, "TransactWriteItems", actions) from exc
 
 
-def _checkpoint(item: dict[str, Any]) -> Checkpoint:
+def checkpoint_of(item: dict[str, Any]) -> Checkpoint:
+    """The checkpoint a shard's item of the table holds."""
     since = item.get("since", {}).get("N")
     return Checkpoint(
         item.get("sequenceNumber", {}).get("S"),

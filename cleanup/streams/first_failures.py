@@ -8,9 +8,12 @@ failing, and a processor that receives the record again gives it up on that cloc
 
 Items (in the checkpoint table, beside the poller's checkpoints; hash key ``stream``, range key ``shard``):
 ``stream`` = ``failing#<scope>#<shard id>`` (the scope names the stream's source, e.g. the session table),
-``shard`` = the record's id (sequence number, with its sub-sequence number), ``firstTriedAt`` (epoch seconds).
-An item is written once, when its record first fails (a later write never moves the time), and deleted once the
-record is done (cleaned, skipped or dead-lettered). Nothing is written for a record that is clean at its first try.
+``shard`` = the record's id (sequence number, with its sub-sequence number), ``firstTriedAt`` (epoch seconds), and
+``expiresAt`` (epoch seconds, the table's TTL attribute: a day of stream retention and MAX_RECORD_RETRY_SECONDS after
+the first try, when the stream can no longer deliver the record and its give-up bound has run out). An item is
+written once, when its record first fails (a later write never moves the time), and deleted once the record is done
+(cleaned, skipped or dead-lettered); one left behind (a shard given to a processor elsewhere, a delete that failed)
+expires. Nothing is written for a record that is clean at its first try.
 
 The table failing never stops the cleaning: a time not yet read or written leaves the record on this process's own
 clock, which starts later, so the record is held longer, never given up sooner. A failure is logged.
@@ -18,6 +21,7 @@ clock, which starts later, so the record is held longer, never given up sooner. 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -29,16 +33,21 @@ from cleanup.telemetry import log
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from schemas.settings import Settings
+
 CLOCK = time.time
 """The clock of a batch whose first-try times are kept: wall-clock seconds, comparable across processes."""
+STREAM_RETENTION_SECONDS = 24 * 3600
+"""How long a stream (DynamoDB Streams, Kinesis by default) keeps a record: after that no one delivers it again."""
 
 
 class FirstFailures:
     """The first-try times of one shard's failing records, in the checkpoint table."""
 
-    def __init__(self, dynamodb: DynamoDBClient, table: str, scope: str, shard_id: str) -> None:
+    def __init__(self, dynamodb: DynamoDBClient, settings: Settings, scope: str, shard_id: str) -> None:
         self._dynamodb = dynamodb
-        self._table = table
+        self._table = settings.checkpoint_table
+        self._keep_seconds = STREAM_RETENTION_SECONDS + settings.max_record_retry_seconds
         self._partition = f"failing#{scope}#{shard_id}"
         self._ready = False
 
@@ -73,6 +82,7 @@ class FirstFailures:
             "stream": {"S": self._partition},
             "shard": {"S": record},
             "firstTriedAt": {"N": repr(first_tried_at)},
+            "expiresAt": {"N": str(math.ceil(first_tried_at + self._keep_seconds))},
         }
         table_call_or_gone(
             self._dynamodb.put_item,

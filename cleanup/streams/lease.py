@@ -108,15 +108,33 @@ class Lease:
             try:
                 self._update_mine("SET version = :next, heartbeatAt = :now", self._values(self._version + 1))
             except ConditionFailedError:
-                log.error("the stream lease was taken over", extra={"owner": self.owner})
-                self._version = None
-                return False
+                return self._moved_on()
             except CleanupError as exc:
                 log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
                 return self._clock() - self._renewed_at < self.lease_seconds
             self._version += 1
             self._renewed_at = sent
             return True
+
+    def _moved_on(self) -> bool:
+        """A renewal found the lease at another version: taken over, or moved by a renewal of this holder's own that
+        the service applied but whose answer was lost (a read timeout, botocore's retry of it). The caller holds the
+        lock. Still this owner's: its version is adopted, and the term still counts from the last renewal answered.
+        """
+        try:
+            get = self._dynamodb.get_item
+            item = table_call(get, "GetItem", self._table, TableName=self._table, Key=self._key, ConsistentRead=True)
+        except CleanupError as exc:
+            log.warning("lease renewal failed; will retry", extra={"error": str(exc)})
+            return self._clock() - self._renewed_at < self.lease_seconds
+        current = item.get("Item") or {}
+        if current.get("owner", {}).get("S") == self.owner:  # a token of this process's own: no one else's write
+            self._version = int(current["version"]["N"])
+            log.info("the stream lease moved on by a renewal whose answer was lost", extra={"owner": self.owner})
+            return self._clock() - self._renewed_at < self.lease_seconds
+        log.error("the stream lease was taken over", extra={"owner": self.owner})
+        self._version = None
+        return False
 
     def renew_if_due(self) -> bool:
         """Renew when a third of the term has passed; False once the lease is lost."""
