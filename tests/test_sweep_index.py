@@ -62,7 +62,7 @@ def test_check_names_a_missing_expiry_index_with_its_fix(
 
     code, lines = run_check(stack, capsys)
 
-    assert code == 1
+    assert code == 2  # a configuration to fix
     [line] = [line for line in lines if line.startswith("FAIL")]
     assert "has no index 'expiry-index'" in line and "partition key 'expiryBucket'" in line
 
