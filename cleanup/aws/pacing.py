@@ -18,8 +18,8 @@ passes through it, botocore's own retries included:
 * **Timeouts per operation.** Listings and DeleteObjects (``BULK_OPERATIONS``) may take seconds on a big or versioned
   bucket and get BULK_TIMEOUT_SECONDS; everything else (DeleteConnection, RetireGrant, BatchGetItem, ...) gets
   HTTP_TIMEOUT_SECONDS.
-* **Quotas apart.** A call with a quota of its own (``RATED_APART``: KMS's ListGrants) has a gate of its own, so
-  that it neither waits behind nor inflates the rate learnt for its service's other calls.
+* **Quotas apart.** A call with a quota of its own (``RATED_APART``: KMS's ListGrants, GenerateMac, VerifyMac) has
+  a gate of its own, so that it neither waits behind nor inflates the rate learnt for its service's other calls.
 * **Control calls apart.** Calls that name only the checkpoint table (the stream lease's renewals, checkpoints) have
   gates of their own (``dynamodb-control``): a session table throttling under a flood of race reads cannot make a
   lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
@@ -60,9 +60,11 @@ FREEING_OPERATIONS = frozenset({"DeleteConnection", "RetireGrant", "DeleteObject
 """Calls that free a session's resource: each attempt needs a permit of its own (``cleanup.core.fence``), so botocore
 does not send them again."""
 BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
-RATED_APART = frozenset({"ListGrants"})
+RATED_APART = frozenset({"ListGrants", "GenerateMac", "VerifyMac"})
 """Calls with a quota of their own, apart from the rest of their service's: each gets a gate of its own (KMS's
-ListGrants, 100 a second, must neither wait behind RetireGrant's learnt rate nor raise it past RetireGrant's quota)."""
+ListGrants, 100 a second, must neither wait behind RetireGrant's learnt rate nor raise it past RetireGrant's quota;
+nor must the tags of the messages deferred to the backlog, GenerateMac, a cryptographic operation with a quota of its
+own: under a low RetireGrant quota, no record could be deferred)."""
 CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a slow connect is retried (botocore)
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
