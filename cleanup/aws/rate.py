@@ -12,13 +12,15 @@ the quota. A service overloaded for a while throttles a share whatever the rate:
   unanswered count half (a throttling answer comes back sooner than an accepted one: right after a burst, part of
   what it let through has not answered yet). Answers to requests sent before a cut are not counted after it.
 * **What the cut did.** The answers to the next JUDGE_ANSWERS requests sent after a cut judge it. Throttled less
-  than ENGAGE_SHARE / 2 above the background: a quota, the throttling came down with the rate; the cut stays.
-  Throttled more, but ENGAGE_SHARE / 2 less than before the cut: a quota still, and a cut not deep enough; it is cut
-  again, from what was accepted since. Not lower: sending slower did not help, the limit goes back at once to what
-  it was before the cut(s), and that share becomes the background share, which later cuts must exceed by
-  ENGAGE_SHARE. A cut that stays lowers the background halfway to the share then seen.
+  than ENGAGE_SHARE / 4 above the background: the throttling stopped with the rate, a quota; the cut stays, and the
+  background comes halfway down to that share. Still ENGAGE_SHARE above it, but ENGAGE_SHARE / 2 less than before
+  the cut: a quota still, and a cut not deep enough; it is cut again, from what was accepted since (a verdict that
+  comes as soon as MIN_ANSWERS say so). Otherwise sending slower did not stop it: the limit goes back at once to
+  what it was before the cut(s), and that share becomes the background share, which later cuts must exceed by
+  ENGAGE_SHARE.
 * **Growth.** Each second the limit grows by GROWTH, and at least GROWTH_LEAST requests a second, so that a raised
-  quota is found again and a limit cut low comes back in seconds; grown far past anything asked, it is dropped.
+  quota is found again and a limit cut low comes back in seconds; grown past UNLIMITED, it is dropped. It
+  grows only while requests take every turn it gives: unused, it would grow past the quota unseen.
 
 So random throttling costs a cut or two (undone after a few answers) before it is known as background, and does not
 drive the limit towards nothing; a quota is kept to within about a tenth, with a few throttled answers each
@@ -108,12 +110,13 @@ class Rate:
                 self._since, dropped = self._answers.popleft()
                 self._throttled -= dropped
             answers = len(self._answers)
-            if answers < least:
+            if answers < self.MIN_ANSWERS:
                 return None
             share = self._throttled / answers
-            if self._judging is not None:
+            high = throttled and self._throttled >= self.MIN_THROTTLED and share >= self.background + self.ENGAGE_SHARE
+            if self._judging is not None and (answers >= least or high):  # still throttling that much: say so soon
                 return self._judge(now, answers, share, outstanding)
-            if not throttled or self._throttled < self.MIN_THROTTLED or share < self.background + self.ENGAGE_SHARE:
+            if self._judging is not None or not high:
                 return None
             self._judging = (self.limit, share)
             return self._cut_to(now, answers, share, outstanding)
@@ -123,10 +126,10 @@ class Rate:
         caller holds the lock)."""
         before, share_before = self._judging or (None, 0.0)
         self._judging = None
-        if share < self.background + self.ENGAGE_SHARE / 2:
+        if share < self.background + self.ENGAGE_SHARE / 4:
             self.background = min(self.background, (self.background + share) / 2)
             return None  # a quota: the throttling came down with the rate
-        if share <= share_before - self.ENGAGE_SHARE / 2:
+        if self.background + self.ENGAGE_SHARE <= share <= share_before - self.ENGAGE_SHARE / 2:
             self._judging = (before, share)  # came down, but not enough: a quota, and a cut not deep enough
             return self._cut_to(now, answers, share, outstanding)
         self.limit = before  # sending slower did not lower the throttling: back to the rate before, it is background
@@ -151,9 +154,11 @@ class Rate:
         return self.limit
 
     def _grown_limit(self, now: float) -> float | None:
-        """The limit raised for the time gone by since it last changed (the caller holds the lock)."""
+        """The limit raised for the time gone by since it last changed while requests used every turn it gave (the
+        caller holds the lock): a limit left unused says nothing of the quota, and grown past it unseen, would be
+        found far over it when requests come again."""
         if self.limit is not None:
-            elapsed = now - self._grown
+            elapsed = max(0.0, min(now, self._next) - self._grown)
             self.limit = self.limit * (1.0 + self.GROWTH) ** elapsed + self.GROWTH_LEAST * elapsed
             self._grown = now
             if self.limit > self.UNLIMITED:
