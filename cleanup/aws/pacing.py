@@ -29,11 +29,13 @@ passes through it, botocore's own retries included:
   MAX_CONCURRENCY. A slow dependency thus slows the worker down instead of failing its records.
 * **A rate learnt from throttling.** Each gate also has a ``Rate``: unlimited until the service throttles, then
   just under what the service accepted over the last second (the rate its quota leaves us), and requests are
-  spaced to it, shared by every thread of the process. Each second without throttling raises it by a tenth, so it
-  finds a raised quota again, and it is dropped once far above anything asked. A throttling dependency thus gets
-  requests at about the rate it allows, not retries. A request whose turn would come after the caller's deadline is
-  not started (``OutOfTimeError``): nothing waits past the deadline for a turn. Throttling is not also taken out on
-  concurrency: a quota is on requests a second, and fewer in flight would only lower the rate below it.
+  spaced to it, shared by every thread of the process. Each second raises it by 5%, so it finds a raised quota
+  again, and it is dropped once far above anything asked; grown past the quota, it is cut again. A request whose
+  turn was given before a cut takes a new one (``_wait_turn``): the queue does not go on at the refused rate. A
+  throttling dependency thus gets requests at about the rate it allows, not retries. A request whose turn would
+  come after the caller's deadline is not started (``OutOfTimeError``): nothing waits past the deadline for a turn.
+  Throttling is not also taken out on concurrency: a quota is on requests a second, and fewer in flight would only
+  lower the rate below it.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjec
 RATED_APART = frozenset({"ListGrants", "GenerateMac", "VerifyMac"})
 """Calls with a quota of their own, apart from the rest of their service's: each gets a gate of its own (KMS's
 ListGrants, 100 a second, must neither wait behind RetireGrant's learnt rate nor raise it past RetireGrant's quota;
-GenerateMac and VerifyMac count against KMS's cryptographic quota, so a backlog message's tag never waits for a
-RetireGrant turn)."""
+nor must the tags of the messages deferred to the backlog, GenerateMac, a cryptographic operation with a quota of its
+own: under a low RetireGrant quota, no record could be deferred)."""
 CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a slow connect is retried (botocore)
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
@@ -198,15 +200,11 @@ class Pacer:
         # QUOTA_WAIT_SECONDS bounds the wait for a throttling service's turn only: a slot frees as soon as an
         # attempt in flight is answered, so the wait for one is bounded by the deadline alone, like any other.
         quota_wait = math.inf if self.quota_wait is None else self.quota_wait
-        turn = gate.rate.reserve(started + min(patience, quota_wait))
-        if turn is None and quota_wait < patience:  # with a backlog: defer, don't wait
-            raise OutOfTimeError(
-                f"{operation}: {service} accepts {gate.rate.limit:.1f}/s, no turn in {quota_wait:.2f} s"
-            )
-        if turn is None:
-            raise self._no_turn(operation, f"{service} accepts {gate.rate.limit:.1f}/s, no turn", spare)
-        if turn > started:
-            time.sleep(turn - started)
+        if not _wait_turn(gate.rate, started + min(patience, quota_wait)):
+            accepts = f"{service} accepts {gate.rate.limit or 0:.1f}/s"
+            if quota_wait < patience:  # with a backlog: defer, don't wait
+                raise OutOfTimeError(f"{operation}: {accepts}, no turn in {quota_wait:.2f} s")
+            raise self._no_turn(operation, f"{accepts}, no turn", spare)
         taken_in = gate.acquire(patience - (time.monotonic() - started))
         if taken_in is None:
             raise self._no_turn(operation, f"no {service} capacity came free", spare)
@@ -253,6 +251,21 @@ class Pacer:
             if scope.deadline.remaining() < backoff + self.connect_timeout + MIN_READ_SECONDS:
                 why = caught_exception or _error_code(response) or _status(response)
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
+
+
+def _wait_turn(rate: Rate, latest: float) -> bool:
+    """Wait for a turn of ``rate`` starting by ``latest`` (monotonic); False, at once, when there is none. A turn
+    given before the rate was cut again is reserved again when it comes: it was spaced for a rate the service has
+    since refused, and the requests queued behind it would go on at that rate."""
+    while True:
+        reserved = time.monotonic()
+        turn = rate.reserve(latest)
+        if turn is None:
+            return False
+        if turn > reserved:
+            time.sleep(turn - reserved)
+        if rate.current(reserved):
+            return True
 
 
 def _note_params(params: dict[str, Any], **_: Any) -> None:

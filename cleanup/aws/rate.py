@@ -1,23 +1,37 @@
 """The rate a throttling service accepts, learnt from its answers, and requests spaced to it (``pacing.Gate.rate``).
 
 AWS request quotas are token buckets: so many requests a second, with a burst on top. A client sending faster gets
-a share of its requests throttled that grows with its rate: ``(sent - quota) / sent``. A service overloaded for a
-moment throttles a small share whatever the rate. ``Rate`` tells the two apart by that share:
+a share of its requests throttled that grows with its rate: ``(sent - quota) / sent``, and none once it sends below
+the quota. A service overloaded for a while throttles a share whatever the rate: sending slower does not lower it.
+``Rate`` tells the two apart by cutting, then looking at what the cut did:
 
-* Unlimited until, over the last second (at least MIN_ANSWERS answers), ENGAGE_SHARE or more of the answers were
-  throttled. The limit is then set just under what the service accepted over that second, the requests still
-  unanswered counted in (a throttling answer comes back faster than an accepted one, so at the first throttling the
-  requests it let through may not have answered yet). The same happens again, at most once a second, while the
-  share stays that high.
-* Scattered throttling (a lower share) cuts nothing: lowering the rate would not lower it, and a rate cut on every
-  such answer would soon reach nothing at all.
-* Each second the limit grows by GROWTH, so that a raised quota is found again; grown far past anything asked, it is
-  dropped.
+* **A cut.** When ENGAGE_SHARE more of the answers than the background share (below) are throttled, at least
+  MIN_THROTTLED of at least MIN_ANSWERS answers to requests sent since the last cut (over the last second, reaching
+  back further, up to MAX_WINDOW_SECONDS, when a second holds fewer: a quota of a few requests a second gives few
+  answers a second), the limit is set just under the rate the service accepted over that window. Requests still
+  unanswered count half (a throttling answer comes back sooner than an accepted one: right after a burst, part of
+  what it let through has not answered yet). Answers to requests sent before a cut are not counted after it.
+* **What the cut did.** The answers to the next JUDGE_ANSWERS requests sent after a cut judge it. Throttled less
+  than ENGAGE_SHARE / 4 above the background: the throttling stopped with the rate, a quota; the cut stays, and the
+  background comes halfway down to that share. Still ENGAGE_SHARE above it, but ENGAGE_SHARE / 2 less than before
+  the cut: a quota still, and a cut not deep enough; it is cut again, from what was accepted since (a verdict that
+  comes as soon as MIN_ANSWERS say so). Otherwise sending slower did not stop it: the limit goes back at once to
+  what it was before the cut(s), and that share becomes the background share, which later cuts must exceed by
+  ENGAGE_SHARE.
+* **Growth.** Each second the limit grows by GROWTH, and at least GROWTH_LEAST requests a second, so that a raised
+  quota is found again and a limit cut low comes back in seconds; grown past UNLIMITED, it is dropped. It
+  grows only while requests take every turn it gives: unused, it would grow past the quota unseen.
+
+So random throttling costs a cut or two (undone after a few answers) before it is known as background, and does not
+drive the limit towards nothing; a quota is kept to within about a tenth, with a few throttled answers each
+time the limit grows past it again. The limit is never below FLOOR.
 
 Requests are spaced to the limit (``reserve``), shared by every thread of the process; a request whose turn would
-come after its caller's deadline is not given one. botocore's own adaptive retry mode does much the same, but its
-token bucket waits for a token with no deadline, it belongs to one client (the Management API has one per endpoint),
-and it cuts the rate at every throttling answer, so that scattered throttling drives it towards nothing.
+come after its caller's deadline is not given one. A cut takes effect at once: a request whose turn was given before
+the last cut reserves another when it comes (``current``), so the requests queued at the refused spacing do not go on
+throttling for as long as the queue. botocore's own adaptive retry mode does much the same, but its token bucket
+waits for a token with no deadline, it belongs to one client (the Management API has one per endpoint), and it cuts
+the rate at every throttling answer, so that scattered throttling drives it towards nothing.
 """
 
 from __future__ import annotations
@@ -26,33 +40,43 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 
 class Rate:
     """Requests per second a service accepts, learnt from its answers; ``limit`` None: no limit known."""
 
     WINDOW_SECONDS = 1.0  # quotas are counted per second
-    MIN_ANSWERS = 20  # fewer answers than this in a window say too little about a share
-    ENGAGE_SHARE = 0.2  # a throttled share this high says the requests are over a quota
+    MAX_WINDOW_SECONDS = 10.0  # a window reaches back to MIN_ANSWERS answers, but no further than this
+    MIN_ANSWERS = 8  # fewer answers than this say too little about a share
+    MIN_THROTTLED = 4  # nor do fewer throttled answers than this
+    JUDGE_ANSWERS = 16  # answers to requests sent after a cut that judge it
+    ENGAGE_SHARE = 0.2  # a throttled share this much above the background says the requests are over a quota
+    MAX_BACKGROUND = 0.5  # throttling beyond this share is not taken for background
     BACKOFF = 0.9  # the limit, as a share of what the service accepted
     GROWTH = 0.05  # each second: this much more
+    GROWTH_LEAST = 0.2  # and at least this many requests a second more
     FLOOR = 1.0
     UNLIMITED = 10_000.0  # a limit grown past this is dropped
 
-    def __init__(self, service: str = "") -> None:
+    def __init__(self, service: str = "", clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.limit: float | None = None
+        self.background = 0.0  # the throttled share that sending slower did not lower
+        self._clock = clock
         self._next = 0.0  # when the next request may start (monotonic)
         self._grown = 0.0  # when the limit last changed
-        self._cut = -math.inf  # when the limit was last cut: answers to requests sent before are not counted twice
-        self._answers: deque[tuple[float, bool]] = deque()  # (when, throttled) over the last window
+        self._cut = -math.inf  # when the limit was last cut: answers to requests sent before are not counted
+        self._judging: tuple[float | None, float] | None = None  # the limit before the last cut, the share that cut it
+        self._answers: deque[tuple[float, bool]] = deque()  # (when, throttled) over the window
+        self._since = -math.inf  # where the window starts: the last cut, or the last answer dropped from it
         self._throttled = 0  # throttled answers among them
         self._lock = threading.Lock()
 
     def reserve(self, latest: float) -> float | None:
         """A start time for one request, at most ``latest`` (monotonic); None, reserving nothing, when the limit
         leaves no turn before then."""
-        now = time.monotonic()
+        now = self._clock()
         if self.limit is None:  # the common case, read without the lock: a stale None only lets one request through
             return now
         with self._lock:
@@ -65,30 +89,77 @@ class Rate:
             self._next = start + 1.0 / limit
             return start
 
+    def current(self, reserved: float) -> bool:
+        """Whether a turn reserved at ``reserved`` (monotonic) still holds: one given before the last cut was spaced
+        for a rate the service refused, and is reserved again."""
+        return reserved >= self._cut
+
     def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None:
         """An answer to a request sent at ``sent`` (monotonic), ``outstanding`` others still unanswered; the new
         limit when this answer cut it, else None."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
+            if sent < self._cut:
+                return None  # sent at the rate before the last cut: says nothing about the rate since
             self._answers.append((now, throttled))
             self._throttled += throttled
-            while self._answers[0][0] < now - self.WINDOW_SECONDS:
-                self._throttled -= self._answers.popleft()[1]
-            if not throttled or sent < self._cut or now < self._cut + self.WINDOW_SECONDS:
-                return None  # cut at most once a window: answers to requests sent at the old rate settle first
+            least = self.MIN_ANSWERS if self._judging is None else self.JUDGE_ANSWERS
+            while self._answers[0][0] < now - self.MAX_WINDOW_SECONDS or (
+                self._answers[0][0] < now - self.WINDOW_SECONDS and len(self._answers) > least
+            ):
+                self._since, dropped = self._answers.popleft()
+                self._throttled -= dropped
             answers = len(self._answers)
-            if answers < self.MIN_ANSWERS or self._throttled < self.ENGAGE_SHARE * answers:
+            if answers < self.MIN_ANSWERS:
                 return None
-            accepted = (answers - self._throttled + outstanding) / self.WINDOW_SECONDS
-            self.limit = max(self.FLOOR, min(self.limit or math.inf, accepted) * self.BACKOFF)
-            self._cut = self._grown = now
-            self._next = max(self._next, now + 1.0 / self.limit)
-            return self.limit
+            share = self._throttled / answers
+            high = throttled and self._throttled >= self.MIN_THROTTLED and share >= self.background + self.ENGAGE_SHARE
+            if self._judging is not None and (answers >= least or high):  # still throttling that much: say so soon
+                return self._judge(now, answers, share, outstanding)
+            if self._judging is not None or not high:
+                return None
+            self._judging = (self.limit, share)
+            return self._cut_to(now, answers, share, outstanding)
+
+    def _judge(self, now: float, answers: int, share: float, outstanding: int) -> float | None:
+        """Judge the last cut by the throttled ``share`` of the answers since; the new limit if it is cut again (the
+        caller holds the lock)."""
+        before, share_before = self._judging or (None, 0.0)
+        self._judging = None
+        if share < self.background + self.ENGAGE_SHARE / 4:
+            self.background = min(self.background, (self.background + share) / 2)
+            return None  # a quota: the throttling came down with the rate
+        if self.background + self.ENGAGE_SHARE <= share <= share_before - self.ENGAGE_SHARE / 2:
+            self._judging = (before, share)  # came down, but not enough: a quota, and a cut not deep enough
+            return self._cut_to(now, answers, share, outstanding)
+        self.limit = before  # sending slower did not lower the throttling: back to the rate before, it is background
+        self.background = min(share, self.MAX_BACKGROUND)
+        self._cut = self._grown = self._since = self._next = now  # turns given at the cut's spacing: reserved again
+        self._answers.clear()
+        self._throttled = 0
+        return None
+
+    def _cut_to(self, now: float, answers: int, share: float, outstanding: int) -> float:
+        """Cut the limit to just under what the service accepted over the window (the caller holds the lock)."""
+        # Unlimited: what was accepted over the last second (a burst is let through on top of a quota). Limited:
+        # over the window, which begins no earlier than the last cut (its answers were all to requests spaced at the
+        # limit, so it spans at least that).
+        span = self.WINDOW_SECONDS if self.limit is None else max(now - self._since, answers / self.limit)
+        accepted = (answers - self._throttled + outstanding / 2) / span / (1.0 - self.background)
+        self.limit = max(self.FLOOR, min(self.limit or math.inf, accepted) * self.BACKOFF)
+        self._cut = self._grown = self._since = now
+        self._next = now + 1.0 / self.limit  # turns given before are reserved again (``current``)
+        self._answers.clear()  # the cut is judged on answers to requests sent at the new rate
+        self._throttled = 0
+        return self.limit
 
     def _grown_limit(self, now: float) -> float | None:
-        """The limit raised for the time gone by since it last changed (the caller holds the lock)."""
+        """The limit raised for the time gone by since it last changed while requests used every turn it gave (the
+        caller holds the lock): a limit left unused says nothing of the quota, and grown past it unseen, would be
+        found far over it when requests come again."""
         if self.limit is not None:
-            self.limit *= (1.0 + self.GROWTH) ** (now - self._grown)
+            elapsed = max(0.0, min(now, self._next) - self._grown)
+            self.limit = self.limit * (1.0 + self.GROWTH) ** elapsed + self.GROWTH_LEAST * elapsed
             self._grown = now
             if self.limit > self.UNLIMITED:
                 self.limit = None

@@ -52,6 +52,22 @@ def test_records_waiting_for_the_grant_quota_are_deferred_with_only_the_grant_le
     assert all(made.socket is None or made.socket.wait_closed(5.0) for made in ended)
 
 
+def test_records_are_deferred_under_a_low_grant_quota_their_messages_tagged_apart_from_it(world: World) -> None:
+    # The deferred messages are tagged by KMS (GenerateMac): not at RetireGrant's rate, a few a second.
+    ended = world.make_sessions(new_ids(40, "low"), sockets=5)
+    world.end(ended)
+    queue = _queue()
+    world.plan.quotas = {"kms:RetireGrant": 3.0}
+    with lambda_handler.warm.use(_stream_runtime(world, queue)):
+        answer = lambda_handler.handler({"Records": _removes(world)}, Context(30.0))
+
+    world.plan.enabled = False
+    bodies = [json.loads(body) for body in _drain_bodies(queue)]
+    assert answer == {"batchItemFailures": []}  # each record done or deferred, none left for the stream
+    assert bodies and all(body["remaining"] == ["grant"] for body in bodies)
+    assert len(world.stack.grant_ids() & {made.grant_id for made in ended}) == len(bodies)
+
+
 def test_a_burst_under_the_quota_is_freed_whole_through_the_backlog_with_nothing_lost(world: World) -> None:
     ended = world.make_sessions(new_ids(300, "burst"), sockets=10)
     live = world.make_sessions(new_ids(3, "live"), sockets=2)
