@@ -20,7 +20,11 @@ from schemas.settings import Settings
 
 T = TypeVar("T")
 
-SAFETY_MARGIN_SECONDS = 1.0  # time kept to report outcomes after the last try
+SAFETY_MARGIN_SECONDS = 2.0
+"""Time kept after the last try: for reporting's calls (tagging and sending dead letters and backlog messages, each
+needing at least a connect and a short read to be started at all) and then for answering the invocation."""
+ANSWER_MARGIN_SECONDS = 0.5
+"""Of that margin, what reporting leaves for answering the invocation."""
 
 
 class Deadline:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
-from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
+from cleanup.aws.retry import ANSWER_MARGIN_SECONDS, SAFETY_MARGIN_SECONDS, Deadline
 from cleanup.core.classify import Decision, classify, classify_here, item_key
 from cleanup.core.fence import Reader
 from cleanup.core.plan import clean_session
@@ -63,8 +63,8 @@ def run_batch(
     deadline = deadline or Deadline()
     outcomes = process_batch(records, runtime, deadline) if held is None else _held(records, runtime, held)
     due = None if give_up is None else {o.sequence_number for o in outcomes if o.failed and give_up(o)}
-    # Reporting may use half the margin the deadline keeps before the invocation's end: the rest is for answering.
-    reporting = deadline.extended(SAFETY_MARGIN_SECONDS / 2)
+    # Reporting may use the margin the deadline keeps before the invocation's end, but for the time to answer.
+    reporting = deadline.extended(SAFETY_MARGIN_SECONDS - ANSWER_MARGIN_SECONDS)
     outcomes = dead_letter(outcomes, records, runtime, only=due, attempts=attempts, deadline=reporting)
     # The backlog hook: what could only wait (a quota, time) leaves the stream for the backlog queue, with its
     # actions left (cleanup.queues.backlog); records given up on above are dead-lettered, not deferred.
