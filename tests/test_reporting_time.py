@@ -1,5 +1,5 @@
-"""An invocation that spends its time waiting on a slow dependency still has the time to hand its records on: the calls that
-defer them to the backlog (a tag, a send) start after the last try, before the invocation's end."""
+"""An invocation that spends its time waiting on a slow dependency still has the time to hand its records on: the
+calls that defer them to the backlog (a tag, a send) start after the last try, before the invocation's end."""
 
 from __future__ import annotations
 
