@@ -58,10 +58,19 @@ class Service:
         return self._random.random() < self.random_share
 
 
-def drive(service: Service, seconds: float, *, workers: int = 16, latency: float = 0.02, since: float = 0.0) -> Tally:
-    """Run ``workers`` callers against ``service`` for ``seconds``; what happened from ``since`` on."""
+def drive(
+    service: Service,
+    seconds: float,
+    *,
+    workers: int = 16,
+    latency: float = 0.02,
+    since: float = 0.0,
+    learners: int = 1,
+) -> Tally:
+    """Run ``workers`` callers against ``service`` for ``seconds``; what happened from ``since`` on. With several
+    ``learners``, the callers are shared out among as many ``Rate`` (processes of their own on one quota)."""
     clock = Clock()
-    rate = Rate("kms", clock=clock)
+    rates = [Rate("kms", clock=clock) for _ in range(learners)]
     tally = Tally(since)
     events: list[tuple[float, int, int, str, float]] = [(0.0, n, n, "turn", 0.0) for n in range(workers)]
     order = workers
@@ -71,6 +80,7 @@ def drive(service: Service, seconds: float, *, workers: int = 16, latency: float
         if clock.now > seconds:
             break
         order += 1
+        rate = rates[worker % learners]
         counted = clock.now >= since
         if kind == "turn":  # reserve a turn
             heapq.heappush(events, (rate.reserve(clock.now + 60.0) or clock.now, order, worker, "send", clock.now))
