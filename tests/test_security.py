@@ -196,7 +196,10 @@ class RecordingClients(ProxiedClients):
 
 
 def recording_runtime(world: World, **overrides: Any) -> Runtime:
-    settings = world.settings(**overrides)
+    """A runtime whose every request is recorded; no fault is injected here, so the fault world's 0.5 s read bound
+    (meant to time out a delayed answer) gives way to a generous one: a loaded machine must not fail a call."""
+    timeouts = {"http_timeout_seconds": 10.0, "bulk_timeout_seconds": 10.0, "botocore_max_attempts": 3}
+    settings = world.settings(**{**timeouts, **overrides})
     runtime = Runtime(settings, RecordingClients(settings, world.aws_proxy.url), Metrics(settings, world.sink))
     world.runtimes.append(runtime)
     return runtime
