@@ -24,7 +24,8 @@ from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_call, table_exists
 from cleanup.streams.checkpoints import Checkpoint, checkpoint_of
 from cleanup.streams.lease import LEASE_SHARD
-from cleanup.streams.reader import ShardReader, list_shards
+from cleanup.streams.reader import list_shards
+from cleanup.streams.shard_state import shard_reader
 
 LAG_PAGES = 3
 SWEEP_LOOKBACK = timedelta(hours=3)
@@ -98,16 +99,8 @@ def _shard(runtime: Runtime, stream_arn: str, shard_id: str, item: dict[str, Any
     if saved.since is not None:
         line["pinnedSince"] = _iso(saved.since)
     start = runtime.settings.start_position
-    reader = ShardReader(
-        runtime.clients.streams,
-        stream_arn,
-        shard_id,
-        after=saved.sequence_number,
-        at=saved.at,
-        since=saved.since,
-        start=start,
-        limit=1000,
-        empty_reads_at_end=1,
+    reader = shard_reader(
+        runtime.clients.streams, stream_arn, shard_id, saved, start, runtime.settings, limit=1000, empty_reads_at_end=1
     )
     waiting = 0
     first: dict[str, Any] | None = None

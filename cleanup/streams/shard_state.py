@@ -111,8 +111,12 @@ def shard_reader(
     saved: Checkpoint,
     start: StartPosition,
     settings: Settings,
+    *,
+    limit: int | None = None,
+    empty_reads_at_end: int = IDLE_AFTER_EMPTY_READS,
 ) -> ShardReader:
-    """The poller's reader of a shard, from its checkpoint or pin (``saved``), or else from ``start``."""
+    """The poller's reader of a shard, from its checkpoint or pin (``saved``), or else from ``start``; ``limit``
+    (records a read, default BATCH_SIZE) and ``empty_reads_at_end`` for readers that only count (status)."""
     return ShardReader(
         streams,
         stream_arn,
@@ -121,8 +125,8 @@ def shard_reader(
         at=saved.at,
         since=saved.since,
         start=start,
-        limit=settings.batch_size,
-        empty_reads_at_end=IDLE_AFTER_EMPTY_READS,
+        limit=limit or settings.batch_size,
+        empty_reads_at_end=empty_reads_at_end,
     )
 
 
