@@ -24,7 +24,7 @@ from cleanup.actions.api import ActionKind
 from cleanup.actions.loading import DEFAULT, load_kinds
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, MessageFormatError
-from cleanup.queues.deadletter import MESSAGE_FORMAT, batches, letter, message_body, send_batch
+from cleanup.queues.deadletter import MESSAGE_FORMAT, batches, letters_for, message_body, send_batch
 from cleanup.telemetry import log
 from schemas.outcomes import ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, UnreadableRecord
@@ -62,13 +62,9 @@ def defer(
     except CleanupError as exc:
         log.error("backlog queue's message size unknown; the records stay failed", extra={"error": str(exc)})
         return outcomes
-    letters = []
-    for index in pending:
-        body = backlog_body(
-            outcomes[index], records[index], names=runtime.settings.attributes, actions=_names(runtime.kind_classes)
-        )
-        if deadline.remaining() > 0 and (made := letter(index, body, runtime, limit, deadline)):
-            letters.append(made)
+    names, actions = runtime.settings.attributes, _names(runtime.kind_classes)
+    bodies = [(index, backlog_body(outcomes[index], records[index], names=names, actions=actions)) for index in pending]
+    letters = letters_for(bodies, runtime, limit, deadline)
     result = list(outcomes)
     for batch in batches(letters):
         if deadline.remaining() <= 0:

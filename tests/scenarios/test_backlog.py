@@ -68,6 +68,25 @@ def test_records_are_deferred_under_a_low_grant_quota_their_messages_tagged_apar
     assert len(world.stack.grant_ids() & {made.grant_id for made in ended}) == len(bodies)
 
 
+def test_a_batch_deferred_at_once_is_tagged_together_within_the_invocation(world: World) -> None:
+    # Each deferred message costs a GenerateMac; at 0.3 s each, one after the other, the 30 records' tags would take
+    # about 9 s, past the 6 s invocation: the records left untagged would be reported failed and delivered again.
+    ended = world.make_sessions(new_ids(30, "tags"), sockets=3)
+    world.end(ended)
+    queue = _queue()
+    world.plan.quotas = {"kms:RetireGrant": 1.0}
+    world.plan.latency = {"kms:GenerateMac": 0.3}
+    runtime = _stream_runtime(world, queue, http_timeout_seconds=10.0, bulk_timeout_seconds=10.0)
+    with lambda_handler.warm.use(runtime):
+        answer = lambda_handler.handler({"Records": _removes(world)}, Context(6.0))
+
+    world.plan.enabled = False
+    bodies = [json.loads(body) for body in _drain_bodies(queue)]
+    assert answer == {"batchItemFailures": []}  # every record done or deferred in this one invocation
+    assert len(bodies) >= 20 and all(body["remaining"] == ["grant"] for body in bodies)
+    assert len(world.stack.grant_ids() & {made.grant_id for made in ended}) == len(bodies)
+
+
 def test_a_burst_under_the_quota_is_freed_whole_through_the_backlog_with_nothing_lost(world: World) -> None:
     ended = world.make_sessions(new_ids(300, "burst"), sockets=10)
     live = world.make_sessions(new_ids(3, "live"), sockets=2)
