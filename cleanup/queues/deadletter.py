@@ -185,8 +185,6 @@ def letters_for(bodies: Sequence[tuple[int, str]], runtime: Runtime, limit: int,
         index, body = item
         return letter(index, body, runtime, limit, deadline) if deadline.remaining() > 0 else None
 
-    if len(bodies) < 2:
-        return [result for result in map(made, bodies) if result is not None]
     return [result for result in runtime.executor.map(made, bodies) if result is not None]
 
 
