@@ -7,24 +7,33 @@ the quota. A service overloaded for a while throttles a share whatever the rate:
 
 * **A cut.** When ENGAGE_SHARE more of the answers than the background share (below) are throttled, at least
   MIN_THROTTLED of at least MIN_ANSWERS answers to requests sent since the last cut (over the last second, reaching
-  back further, up to MAX_WINDOW_SECONDS, when a second holds fewer: a quota of a few requests a second gives few
-  answers a second), the limit is set just under the rate the service accepted over that window. Requests still
-  unanswered count half (a throttling answer comes back sooner than an accepted one: right after a burst, part of
-  what it let through has not answered yet). Answers to requests sent before a cut are not counted after it.
-* **What the cut did.** The answers to the next JUDGE_ANSWERS requests sent after a cut judge it. Throttled less
-  than ENGAGE_SHARE / 4 above the background: the throttling stopped with the rate, a quota; the cut stays, and the
-  background comes halfway down to that share. Still ENGAGE_SHARE above it, but ENGAGE_SHARE / 2 less than before
-  the cut: a quota still, and a cut not deep enough; it is cut again, from what was accepted since (a verdict that
-  comes as soon as MIN_ANSWERS say so). Otherwise sending slower did not stop it: the limit goes back at once to
-  what it was before the cut(s), and that share becomes the background share, which later cuts must exceed by
-  ENGAGE_SHARE.
+  back further, up to MAX_WINDOW_SECONDS, while a second holds fewer than DETECT_ANSWERS: at a few requests a second,
+  a share of ENGAGE_SHARE is MIN_THROTTLED answers only over that many), the limit is set just under the rate the
+  service accepted over that window. Requests still unanswered count as not throttled in the share, and half among
+  the accepted (a throttling answer comes back sooner than an accepted one: right after a burst, the answers are
+  mostly throttling ones, and part of what it let through has not answered yet). Answers to requests sent before a
+  cut are not counted after it.
+* **What the cut did.** The answers to the next JUDGE_ANSWERS requests sent after a cut judge it (sooner when none is
+  throttled: as soon as so many answers in a row would be unlikely at the share that made the cut).
+  * Throttled less than ENGAGE_SHARE / 4 above the background: the throttling stopped with the rate, a quota; the
+    cut stays, and the background comes halfway down to that share.
+  * Throttled ENGAGE_SHARE / 2 less than before the cut: a quota still. Under ENGAGE_SHARE above the background, the
+    cut stays (the rest is the bucket refilling, or another sender on the quota); above it, the cut was not deep
+    enough, and it is cut again from what was accepted since.
+  * Throttled more than before, or more than MAX_BACKGROUND: another sender on the same quota took what the cut
+    gave back (the worker's own stream and its backlog's drain, several environments): cut again.
+  * Otherwise sending slower did not change it: the limit goes back at once to what it was before the cut(s), and
+    that share becomes the background share, which later cuts must exceed by ENGAGE_SHARE. It is forgotten by half
+    every BACKGROUND_HALF_LIFE: another sender's excess can pass for it for a while, never for good.
 * **Growth.** Each second the limit grows by GROWTH, and at least GROWTH_LEAST requests a second, so that a raised
-  quota is found again and a limit cut low comes back in seconds; grown past UNLIMITED, it is dropped. It
-  grows only while requests take every turn it gives: unused, it would grow past the quota unseen.
+  quota is found again and a limit cut low comes back in seconds; grown past UNLIMITED, it is dropped. It grows
+  only for the time a request waits for its turn, and not while a cut is judged: a limit that holds nothing back
+  would grow past the quota unseen, and be found far over it when requests come faster.
 
-So random throttling costs a cut or two (undone after a few answers) before it is known as background, and does not
-drive the limit towards nothing; a quota is kept to within about a tenth, with a few throttled answers each
-time the limit grows past it again. The limit is never below FLOOR.
+So scattered throttling costs a cut or two (undone after a few answers) before it is known as background, and
+does not drive the limit towards nothing (measured in ``tests/test_rate.py`` up to a fifth of all answers; a third,
+at random, is taken for a quota and cut far); a quota is kept to within about a tenth, with a few throttled answers
+each time the limit grows past it again. The limit is never below FLOOR.
 
 Requests are spaced to the limit (``reserve``), shared by every thread of the process; a request whose turn would
 come after its caller's deadline is not given one. A cut takes effect at once: a request whose turn was given before
@@ -47,12 +56,15 @@ class Rate:
     """Requests per second a service accepts, learnt from its answers; ``limit`` None: no limit known."""
 
     WINDOW_SECONDS = 1.0  # quotas are counted per second
-    MAX_WINDOW_SECONDS = 10.0  # a window reaches back to MIN_ANSWERS answers, but no further than this
+    MAX_WINDOW_SECONDS = 10.0  # a window reaches back to DETECT_ANSWERS answers, but no further than this
     MIN_ANSWERS = 8  # fewer answers than this say too little about a share
     MIN_THROTTLED = 4  # nor do fewer throttled answers than this
+    DETECT_ANSWERS = 20  # a window holds this many answers, so that a share of ENGAGE_SHARE is MIN_THROTTLED of them
     JUDGE_ANSWERS = 16  # answers to requests sent after a cut that judge it
+    KEEP_DOUBT = 0.05  # a cut is kept once that many unthrottled answers in a row would be this unlikely at its share
     ENGAGE_SHARE = 0.2  # a throttled share this much above the background says the requests are over a quota
-    MAX_BACKGROUND = 0.5  # throttling beyond this share is not taken for background
+    MAX_BACKGROUND = 0.4  # throttling beyond this share is not taken for background
+    BACKGROUND_HALF_LIFE = 20.0  # seconds: the background share is forgotten by half in this time
     BACKOFF = 0.9  # the limit, as a share of what the service accepted
     GROWTH = 0.05  # each second: this much more
     GROWTH_LEAST = 0.2  # and at least this many requests a second more
@@ -63,6 +75,7 @@ class Rate:
         self.service = service
         self.limit: float | None = None
         self.background = 0.0  # the throttled share that sending slower did not lower
+        self._noted = 0.0  # when the background share was last brought up to date
         self._clock = clock
         self._next = 0.0  # when the next request may start (monotonic)
         self._grown = 0.0  # when the limit last changed
@@ -101,18 +114,30 @@ class Rate:
         with self._lock:
             if sent < self._cut:
                 return None  # sent at the rate before the last cut: says nothing about the rate since
+            if self.background:  # forgotten as time goes by: another sender's excess on the quota can pass for it
+                self.background *= 0.5 ** ((now - self._noted) / self.BACKGROUND_HALF_LIFE)
+            self._noted = now
             self._answers.append((now, throttled))
             self._throttled += throttled
-            least = self.MIN_ANSWERS if self._judging is None else self.JUDGE_ANSWERS
-            while self._answers[0][0] < now - self.MAX_WINDOW_SECONDS or (
+            least = self.DETECT_ANSWERS if self._judging is None else self.JUDGE_ANSWERS
+            while (self._judging is None and self._answers[0][0] < now - self.MAX_WINDOW_SECONDS) or (
                 self._answers[0][0] < now - self.WINDOW_SECONDS and len(self._answers) > least
             ):
                 self._since, dropped = self._answers.popleft()
                 self._throttled -= dropped
             answers = len(self._answers)
+            if self._judging is not None and not self._throttled:
+                # Nothing throttled since the cut: kept as soon as so many unthrottled answers in a row would be
+                # unlikely had sending slower not lowered the throttling (at half the share that made the cut, or
+                # ENGAGE_SHARE over the background). At a limit cut low, 16 answers would take as many seconds.
+                doubted = min(0.9, max(self.background + self.ENGAGE_SHARE, self._judging[1] / 2))
+                if answers >= math.log(self.KEEP_DOUBT) / math.log(1.0 - doubted):
+                    return self._judge(now, answers, 0.0, outstanding)
             if answers < self.MIN_ANSWERS:
                 return None
-            share = self._throttled / answers
+            # Requests still unanswered are not throttled yet: throttling answers come back first, and right after a
+            # burst the window holds mostly them.
+            share = self._throttled / (answers + outstanding)
             high = throttled and self._throttled >= self.MIN_THROTTLED and share >= self.background + self.ENGAGE_SHARE
             if self._judging is not None and (answers >= least or high):  # still throttling that much: say so soon
                 return self._judge(now, answers, share, outstanding)
@@ -129,8 +154,14 @@ class Rate:
         if share < self.background + self.ENGAGE_SHARE / 4:
             self.background = min(self.background, (self.background + share) / 2)
             return None  # a quota: the throttling came down with the rate
-        if self.background + self.ENGAGE_SHARE <= share <= share_before - self.ENGAGE_SHARE / 2:
-            self._judging = (before, share)  # came down, but not enough: a quota, and a cut not deep enough
+        rose = share >= share_before + self.ENGAGE_SHARE / 2 or share > self.MAX_BACKGROUND
+        if rose and share >= self.background + self.ENGAGE_SHARE:
+            self._judging = (before, share)  # another sender on the quota took what the cut gave back: a quota
+            return self._cut_to(now, answers, share, outstanding)
+        if share <= share_before - self.ENGAGE_SHARE / 2:  # came down with the rate: a quota
+            if share < self.background + self.ENGAGE_SHARE:
+                return None  # the rest is the quota's burst refilling, or another sender's: the cut stays
+            self._judging = (before, share)  # but not enough: a cut not deep enough
             return self._cut_to(now, answers, share, outstanding)
         self.limit = before  # sending slower did not lower the throttling: back to the rate before, it is background
         self.background = min(share, self.MAX_BACKGROUND)
@@ -154,11 +185,14 @@ class Rate:
         return self.limit
 
     def _grown_limit(self, now: float) -> float | None:
-        """The limit raised for the time gone by since it last changed while requests used every turn it gave (the
-        caller holds the lock): a limit left unused says nothing of the quota, and grown past it unseen, would be
-        found far over it when requests come again."""
+        """The limit raised for the time gone by since the last request, if this one has to wait for its turn (the
+        caller holds the lock). A limit that holds no request back says nothing of the quota: grown past it unseen, it
+        would be found far over it when requests come faster (a sender held near the quota by its own pace, the
+        backlog's drain, would grow it while it takes turns, and throttle more than the share that cuts it). Nor does
+        it grow while a cut is judged: the judging answers are to requests sent at the cut's rate."""
         if self.limit is not None:
-            elapsed = max(0.0, min(now, self._next) - self._grown)
+            waits = self._next > now and self._judging is None
+            elapsed = max(0.0, now - self._grown) if waits else 0.0
             self.limit = self.limit * (1.0 + self.GROWTH) ** elapsed + self.GROWTH_LEAST * elapsed
             self._grown = now
             if self.limit > self.UNLIMITED:
