@@ -1,6 +1,7 @@
 """Pacing gives back what it takes on every path: a call that raises anywhere between the slot's take and its
 give-back (a hook, botocore's parser on a garbled 502, botocore without a request context) leaves the gate as it found
-it, and the next calls still run. Every wait for a slot has a bound, with or without a deadline."""
+it, and the next calls still run. Every wait for a slot has a bound, with or without a deadline. A turn given before
+a cut is taken again, even after the wait for a slot; a gate starts with a few slots, and grows fast while answered."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from botocore.awsrequest import AWSPreparedRequest
 
 from cleanup.aws.calls import call
+from cleanup.aws.pacing import SLOW_START, Gate
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import OutOfTimeError, TransientError
 from cleanup.queues.integrity import seal
@@ -181,3 +183,60 @@ def test_a_message_is_tagged_at_once_while_retiregrant_waits_for_its_own_quota(
     tagged = seal('{"remaining": ["grant"]}', SimpleNamespace(settings=settings, clients=clients), Deadline.after(30.0))
 
     assert "integrity" in json.loads(tagged)
+
+
+def test_a_request_that_waited_for_a_slot_while_the_rate_was_cut_takes_a_new_turn(
+    stack: SessionStack, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its turn was given at the rate before the cut; sent when the slot frees, it would go on at the refused rate.
+    clients = ProxiedClients(settings_for(stack, max_concurrency=1), proxy.url)
+    proxy.plan.latency["dynamodb:ListTables"] = 1.0  # the one slot is held this long by a listing
+    dynamodb = clients.dynamodb
+    gate = clients.pacer.gate("dynamodb")
+    reserved: list[float] = []
+    reserve = gate.rate.reserve
+
+    def recorded(latest: float) -> float | None:
+        reserved.append(time.monotonic())
+        return reserve(latest)
+
+    monkeypatch.setattr(gate.rate, "reserve", recorded)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        holder = pool.submit(lambda: call(dynamodb.list_tables, "ListTables", None))
+        while gate.in_flight < gate.limit:
+            time.sleep(0.01)
+        waiter = pool.submit(lambda: describe(clients, stack, Deadline.after(30.0)))
+        while len(reserved) < 2:  # the waiter has its turn, and waits for the slot
+            time.sleep(0.01)
+        time.sleep(0.1)
+        cut = time.monotonic()
+        for throttled in [False] * 20 + [True] * 30:  # the service throttled others' requests meanwhile
+            gate.rate.answered(cut, throttled=throttled)
+        assert gate.rate.limit is not None
+        waited = waiter.result()
+        held = holder.result()
+
+    assert "TableNames" in held and waited["Table"]["TableName"] == stack.table
+    assert any(at > cut for at in reserved)  # a turn at the new rate, once it had the slot
+
+
+def test_a_gate_starts_small_and_doubles_with_each_round_of_successes_until_trouble() -> None:
+    gate = Gate(32, "kms")
+    assert gate.limit == SLOW_START
+
+    for expected in (8, 16, 32, 32):  # each round: as many successes as the limit
+        for _ in range(gate.limit):
+            taken = gate.acquire(0.0)
+            assert taken is not None
+            gate.release(taken, trouble=False, success=True)
+        assert gate.limit == expected
+
+    taken = gate.acquire(0.0)
+    assert taken is not None
+    gate.release(taken, trouble=True, success=False)  # a timeout: halved, and grown by one a round since
+    assert gate.limit == 16
+    for _ in range(16):
+        taken = gate.acquire(0.0)
+        assert taken is not None
+        gate.release(taken, trouble=False, success=True)
+    assert gate.limit == 17

@@ -24,16 +24,20 @@ passes through it, botocore's own retries included:
   gates of their own (``dynamodb-control``): a session table throttling under a flood of race reads cannot make a
   lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
 * **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
-  thread and client of the process. A timeout halves the limit (once per round of attempts in flight,
-  additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up to
-  MAX_CONCURRENCY. A slow dependency thus slows the worker down instead of failing its records.
+  thread and client of the process. It starts at SLOW_START and each success raises it by one (doubling it every
+  round, a few round trips to MAX_CONCURRENCY), until the first timeout: a new process's first burst to a service
+  that throttles is a few requests, not MAX_CONCURRENCY of them answered "throttled" before the rate can be cut. A
+  timeout halves the limit (once per round of attempts in flight, additive-increase/multiplicative-decrease as in
+  TCP); each round of successes raises it by one, back up to MAX_CONCURRENCY. A slow dependency thus slows the
+  worker down instead of failing its records.
 * **A rate learnt from throttling.** Each gate also has a ``Rate``: unlimited until the service throttles, then
   just under what the service accepted over the last second (the rate its quota leaves us), and requests are
   spaced to it, shared by every thread of the process. Each second raises it by 5%, so it finds a raised quota
   again, and it is dropped once far above anything asked; grown past the quota, it is cut again. A request whose
-  turn was given before a cut takes a new one (``_wait_turn``): the queue does not go on at the refused rate. A
-  throttling dependency thus gets requests at about the rate it allows, not retries. A request whose turn would
-  come after the caller's deadline is not started (``OutOfTimeError``): nothing waits past the deadline for a turn.
+  turn was given before a cut takes a new one (``_wait_turn``), even once it has a slot: the queue, for turns or for
+  slots, does not go on at the refused rate. A throttling dependency thus gets requests at about the rate it allows,
+  not retries. A request whose turn would come after the caller's deadline is not started (``OutOfTimeError``):
+  nothing waits past the deadline for a turn.
   Throttling is not also taken out on concurrency: a quota is on requests a second, and fewer in flight would only
   lower the rate below it.
 """
@@ -69,6 +73,7 @@ CONNECT_TIMEOUT_SECONDS = 0.5  # in-region endpoints connect in milliseconds; a 
 MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not worth starting
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
 RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carries x-amz-retry-after
+SLOW_START = 4  # attempts in flight a service's gate starts at
 
 
 class Gate:
@@ -77,7 +82,8 @@ class Gate:
     def __init__(self, ceiling: int, service: str = "") -> None:
         self.rate = Rate(service)
         self.ceiling = ceiling
-        self.limit = ceiling
+        self.limit = min(ceiling, SLOW_START)
+        self._slow_start = True  # until the first trouble: each success raises the limit by one (doubling a round)
         self.in_flight = 0
         self.round = 0  # bumped at each decrease: trouble from attempts of an earlier round is not counted twice
         self._successes = 0
@@ -102,6 +108,9 @@ class Gate:
                 self.limit = max(1, self.limit // 2)
                 self.round += 1
                 self._successes = 0
+                self._slow_start = False
+            elif success and self._slow_start and self.limit < self.ceiling:
+                self.limit += 1
             elif success and self.limit < self.ceiling:
                 self._successes += 1
                 if self._successes >= self.limit:
@@ -200,14 +209,19 @@ class Pacer:
         # QUOTA_WAIT_SECONDS bounds the wait for a throttling service's turn only: a slot frees as soon as an
         # attempt in flight is answered, so the wait for one is bounded by the deadline alone, like any other.
         quota_wait = math.inf if self.quota_wait is None else self.quota_wait
-        if not _wait_turn(gate.rate, started + min(patience, quota_wait)):
-            accepts = f"{service} accepts {gate.rate.limit or 0:.1f}/s"
-            if quota_wait < patience:  # with a backlog: defer, don't wait
-                raise OutOfTimeError(f"{operation}: {accepts}, no turn in {quota_wait:.2f} s")
-            raise self._no_turn(operation, f"{accepts}, no turn", spare)
-        taken_in = gate.acquire(patience - (time.monotonic() - started))
-        if taken_in is None:
-            raise self._no_turn(operation, f"no {service} capacity came free", spare)
+        while True:
+            turn = _wait_turn(gate.rate, started + min(patience, quota_wait))
+            if turn is None:
+                accepts = f"{service} accepts {gate.rate.limit or 0:.1f}/s"
+                if quota_wait < patience:  # with a backlog: defer, don't wait
+                    raise OutOfTimeError(f"{operation}: {accepts}, no turn in {quota_wait:.2f} s")
+                raise self._no_turn(operation, f"{accepts}, no turn", spare)
+            taken_in = gate.acquire(patience - (time.monotonic() - started))
+            if taken_in is None:
+                raise self._no_turn(operation, f"no {service} capacity came free", spare)
+            if gate.rate.current(turn):
+                break
+            gate.release(taken_in, trouble=False, success=False)  # the rate was cut while waiting for the slot
         scope.hold(gate, taken_in)
         context = getattr(request, "context", None)  # botocore before 1.43.68 has none: the pool's timeout applies
         if context is not None:
@@ -253,19 +267,20 @@ class Pacer:
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
 
 
-def _wait_turn(rate: Rate, latest: float) -> bool:
-    """Wait for a turn of ``rate`` starting by ``latest`` (monotonic); False, at once, when there is none. A turn
-    given before the rate was cut again is reserved again when it comes: it was spaced for a rate the service has
-    since refused, and the requests queued behind it would go on at that rate."""
+def _wait_turn(rate: Rate, latest: float) -> float | None:
+    """Wait for a turn of ``rate`` starting by ``latest`` (monotonic): when it was reserved, or None, at once, when
+    there is none. A turn given before the rate was cut again is reserved again when it comes: it was spaced for a
+    rate the service has since refused, and the requests queued behind it would go on at that rate (so is one still
+    waiting for a slot when the rate is cut: ``Pacer._before_send``)."""
     while True:
         reserved = time.monotonic()
         turn = rate.reserve(latest)
         if turn is None:
-            return False
+            return None
         if turn > reserved:
             time.sleep(turn - reserved)
         if rate.current(reserved):
-            return True
+            return reserved
 
 
 def _note_params(params: dict[str, Any], **_: Any) -> None:
