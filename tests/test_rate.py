@@ -191,3 +191,19 @@ def answer_at(rate: Rate, sent: float, accepted: int, throttled: int) -> None:
     """Answers to requests sent at ``sent``: the accepted ones first, then the throttled."""
     for index in range(accepted + throttled):
         rate.answered(sent, throttled=index >= accepted)
+
+
+def test_a_cut_soon_after_an_undone_one_counts_what_was_accepted_since_not_over_a_second() -> None:
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    answer_at(rate, clock.now, accepted=14, throttled=6)  # cut
+    clock.now += 1.0
+    answer_at(rate, clock.now, accepted=11, throttled=5)  # the same: undone
+    assert rate.limit is None
+    undone = clock.now
+
+    clock.now += 0.4
+    answer_at(rate, undone + 0.05, accepted=6, throttled=10)  # a burst since: cut again
+
+    # 6 accepted in the 0.4 s since, under a background of about 0.3: some 20 a second, not the 8 of a second's count
+    assert rate.limit is not None and rate.limit > 15.0

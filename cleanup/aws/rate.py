@@ -56,6 +56,7 @@ class Rate:
     """Requests per second a service accepts, learnt from its answers; ``limit`` None: no limit known."""
 
     WINDOW_SECONDS = 1.0  # quotas are counted per second
+    MIN_SPAN_SECONDS = 0.25  # what was accepted is counted over no less than this
     MAX_WINDOW_SECONDS = 10.0  # a window reaches back to DETECT_ANSWERS answers, but no further than this
     MIN_ANSWERS = 8  # fewer answers than this say too little about a share
     MIN_THROTTLED = 4  # nor do fewer throttled answers than this
@@ -172,10 +173,14 @@ class Rate:
 
     def _cut_to(self, now: float, answers: int, share: float, outstanding: int) -> float:
         """Cut the limit to just under what the service accepted over the window (the caller holds the lock)."""
-        # Unlimited: what was accepted over the last second (a burst is let through on top of a quota). Limited:
-        # over the window, which begins no earlier than the last cut (its answers were all to requests spaced at the
-        # limit, so it spans at least that).
-        span = self.WINDOW_SECONDS if self.limit is None else max(now - self._since, answers / self.limit)
+        # Unlimited: what was accepted over the last second (a burst is let through on top of a quota), or since a
+        # cut was undone, if that is less (counted over a second, the answers since would say half the rate or less).
+        # Limited: over the window, which begins no earlier than the last cut (its answers were all to requests spaced
+        # at the limit, so it spans at least that).
+        if self.limit is None:
+            span = min(self.WINDOW_SECONDS, max(now - self._since, self.MIN_SPAN_SECONDS))
+        else:
+            span = max(now - self._since, answers / self.limit)
         accepted = (answers - self._throttled + outstanding / 2) / span / (1.0 - self.background)
         self.limit = max(self.FLOOR, min(self.limit or math.inf, accepted) * self.BACKOFF)
         self._cut = self._grown = self._since = now
