@@ -4,6 +4,7 @@ one, and no turn is given past a deadline."""
 from __future__ import annotations
 
 import itertools
+import math
 import time
 
 import pytest
@@ -207,3 +208,78 @@ def test_a_cut_soon_after_an_undone_one_counts_what_was_accepted_since_not_over_
 
     # 6 accepted in the 0.4 s since, under a background of about 0.3: some 20 a second, not the 8 of a second's count
     assert rate.limit is not None and rate.limit > 15.0
+
+
+def test_a_rate_learnt_elsewhere_is_started_at_and_counted_from_then() -> None:
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    assert rate.seed(8.0) and rate.limit == 8.0  # the deferring worker's learnt rate, for the backlog's drain
+    seeded = clock.now
+    clock.now += 2.0
+
+    cut = None
+    for index in range(20):  # over the quota all the same: 10 accepted, then throttled
+        cut = rate.answered(seeded + 0.5, throttled=index >= 10) or cut
+
+    # cut at the 14th answer: 10 accepted in the 2 s since it started there, not over all the time before
+    assert cut == pytest.approx(0.9 * 10 / 2.0)
+
+
+def test_a_rate_that_learnt_its_own_limit_is_not_started_again() -> None:
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    limit = cut_and_keep(rate, clock, accepted=10, throttled=30)
+
+    assert not rate.seed(100.0)
+    assert rate.limit == limit
+
+
+@pytest.mark.parametrize(("pace", "limit"), [(0.001, Rate.FLOOR), (1e9, Rate.UNLIMITED), (3.5, 3.5)])
+def test_a_rate_learnt_elsewhere_is_taken_within_bounds(pace: float, limit: float) -> None:
+    rate = Rate("kms")
+
+    assert rate.seed(pace) and rate.limit == limit
+
+
+@pytest.mark.parametrize("pace", [math.nan, math.inf, -math.inf])
+def test_a_rate_learnt_elsewhere_that_is_no_number_is_not_taken(pace: float) -> None:
+    rate = Rate("kms")
+
+    assert not rate.seed(pace) and rate.limit is None
+
+
+def test_a_cut_is_counted_again_as_the_requests_unanswered_at_it_are_answered() -> None:
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    burst = clock.now - 0.05
+    for index in range(8):  # a first burst: 4 accepted, 4 throttled, 7 more in flight
+        rate.answered(burst, throttled=index % 2 == 1, outstanding=7)
+    assert rate.limit == pytest.approx(0.9 * (4 + 7 / 2))  # the 7 counted half accepted
+    reserved = clock.now
+    rate.reserve(clock.now + 10.0)
+
+    clock.now += 0.05
+    for index in range(7):  # the burst's last requests: the quota's burst was spent, all but one throttled
+        rate.answered(burst, throttled=index > 0)
+
+    assert rate.limit == pytest.approx(0.9 * 5)
+    assert not rate.current(reserved)  # a turn given at the higher rate is taken again
+
+
+def test_a_first_cut_still_over_the_quota_is_not_taken_for_background() -> None:
+    # A quota of 5 a second with a burst of 5: the first burst's cut counted the 7 requests then in flight half
+    # accepted (6.75 a second), where they were throttled but one; at the cut's rate a quarter is still throttled.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    burst = clock.now - 0.05
+    for index in range(8):
+        rate.answered(burst, throttled=index % 2 == 1, outstanding=7)
+    for index in range(7):
+        rate.answered(burst, throttled=index > 0)
+    cut = clock.now
+
+    clock.now += 2.0
+    answer_at(rate, cut + 0.1, accepted=12, throttled=4)
+
+    assert rate.limit is not None and rate.limit <= 0.9 * 5  # kept, or cut deeper: not undone to unlimited
+    assert rate.background == 0.0

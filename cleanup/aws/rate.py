@@ -11,8 +11,12 @@ the quota. A service overloaded for a while throttles a share whatever the rate:
   a share of ENGAGE_SHARE is MIN_THROTTLED answers only over that many), the limit is set just under the rate the
   service accepted over that window. Requests still unanswered count as not throttled in the share, and half among
   the accepted (a throttling answer comes back sooner than an accepted one: right after a burst, the answers are
-  mostly throttling ones, and part of what it let through has not answered yet). Answers to requests sent before a
-  cut are not counted after it.
+  mostly throttling ones, and part of what it let through has not answered yet), until they are answered: the cut,
+  and the share it is judged against, are then counted again with what they turned out to be (the last requests of a
+  burst mostly find the quota's burst spent). Answers to requests sent before a cut are not counted after it.
+* **A start learnt elsewhere.** A process taking over another's work on the same quota (the backlog's drain, from
+  the stream's worker that deferred to it) starts at the limit the other learnt (``seed``), instead of spending its
+  first burst on throttled answers.
 * **What the cut did.** The answers to the next JUDGE_ANSWERS requests sent after a cut judge it (sooner when none is
   throttled: as soon as so many answers in a row would be unlikely at the share that made the cut).
   * Throttled less than ENGAGE_SHARE / 4 above the background: the throttling stopped with the rate, a quota; the
@@ -50,6 +54,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 
 class Rate:
@@ -81,7 +86,9 @@ class Rate:
         self._next = 0.0  # when the next request may start (monotonic)
         self._grown = 0.0  # when the limit last changed
         self._cut = -math.inf  # when the limit was last cut: answers to requests sent before are not counted
+        self._spaced = -math.inf  # when the limit was last lowered: turns given before are reserved again
         self._judging: tuple[float | None, float] | None = None  # the limit before the last cut, the share that cut it
+        self._counted: _Count | None = None  # what the last cut counted, while requests it counted half are answered
         self._answers: deque[tuple[float, bool]] = deque()  # (when, throttled) over the window
         self._since = -math.inf  # where the window starts: the last cut, or the last answer dropped from it
         self._throttled = 0  # throttled answers among them
@@ -103,18 +110,39 @@ class Rate:
             self._next = start + 1.0 / limit
             return start
 
+    def seed(self, limit: float) -> bool:
+        """Start at ``limit`` requests a second, learnt by another process on the same quota (the stream's worker, for
+        the backlog it deferred to: ``Pacer.seed``), while this rate has learnt no limit of its own; whether it was
+        taken. Bounded to FLOOR..UNLIMITED. It is then cut, or grows, as a learnt limit does; unjudged, since
+        nothing cut it here. Without it, a new process's first burst to a quota its sender has used up is throttled
+        as a whole before it is cut."""
+        if not math.isfinite(limit):
+            return False
+        with self._lock:
+            if self.limit is not None:
+                return False
+            now = self._clock()
+            self.limit = min(max(limit, self.FLOOR), self.UNLIMITED)
+            # The window starts here, as at a cut: what is accepted since is counted over the time since, not over
+            # a window reaching back to the start.
+            self._cut = self._spaced = self._grown = self._since = self._next = now
+            self._answers.clear()
+            self._throttled = 0
+            return True
+
     def current(self, reserved: float) -> bool:
         """Whether a turn reserved at ``reserved`` (monotonic) still holds: one given before the last cut was spaced
         for a rate the service refused, and is reserved again."""
-        return reserved >= self._cut
+        return reserved >= self._spaced
 
     def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None:
         """An answer to a request sent at ``sent`` (monotonic), ``outstanding`` others still unanswered; the new
         limit when this answer cut it, else None."""
         now = self._clock()
         with self._lock:
-            if sent < self._cut:
-                return None  # sent at the rate before the last cut: says nothing about the rate since
+            if sent < self._cut:  # sent at the rate before the last cut: says nothing about the rate since
+                self._recount(now, throttled)  # but about that rate
+                return None
             if self.background:  # forgotten as time goes by: another sender's excess on the quota can pass for it
                 self.background *= 0.5 ** ((now - self._noted) / self.BACKGROUND_HALF_LIFE)
             self._noted = now
@@ -166,7 +194,7 @@ class Rate:
             return self._cut_to(now, answers, share, outstanding)
         self.limit = before  # sending slower did not lower the throttling: back to the rate before, it is background
         self.background = min(share, self.MAX_BACKGROUND)
-        self._cut = self._grown = self._since = self._next = now  # turns given at the cut's spacing: reserved again
+        self._cut = self._spaced = self._grown = self._since = self._next = now  # turns at the cut's spacing: again
         self._answers.clear()
         self._throttled = 0
         return None
@@ -181,13 +209,36 @@ class Rate:
             span = min(self.WINDOW_SECONDS, max(now - self._since, self.MIN_SPAN_SECONDS))
         else:
             span = max(now - self._since, answers / self.limit)
-        accepted = (answers - self._throttled + outstanding / 2) / span / (1.0 - self.background)
-        self.limit = max(self.FLOOR, min(self.limit or math.inf, accepted) * self.BACKOFF)
-        self._cut = self._grown = self._since = now
+        count = _Count(self.limit, span, self.background, answers - self._throttled, self._throttled, outstanding)
+        self._counted = count if outstanding else None
+        self.limit = count.limit(self.FLOOR, self.BACKOFF)
+        self._cut = self._spaced = self._grown = self._since = now
         self._next = now + 1.0 / self.limit  # turns given before are reserved again (``current``)
         self._answers.clear()  # the cut is judged on answers to requests sent at the new rate
         self._throttled = 0
         return self.limit
+
+    def _recount(self, now: float, throttled: bool) -> None:
+        """An answer to a request unanswered at the last cut, which counted it half accepted: the cut, and the share it
+        is judged against, are counted again with the answer as it is (the caller holds the lock).
+
+        The requests in flight at a first burst's cut are its last, sent once the quota's burst was spent, and mostly
+        throttled: counted half accepted, they set the limit a third over a quota of 5 a second, where the throttling
+        goes on much as before the cut, and the cut was taken for background and undone."""
+        count = self._counted
+        if count is None or self._judging is None:
+            return
+        count.unanswered -= 1
+        count.accepted += not throttled
+        count.throttled += throttled
+        if count.unanswered <= 0:
+            self._counted = None
+        limit = count.limit(self.FLOOR, self.BACKOFF)
+        if self.limit is not None and limit < self.limit:  # the turns given at the higher rate are reserved again
+            self._spaced = now
+            self._next = now + 1.0 / limit
+        self.limit = limit
+        self._judging = (self._judging[0], count.throttled / (count.accepted + count.throttled + count.unanswered))
 
     def _grown_limit(self, now: float) -> float | None:
         """The limit raised for the time gone by since the last request, if this one has to wait for its turn (the
@@ -203,3 +254,21 @@ class Rate:
             if self.limit > self.UNLIMITED:
                 self.limit = None
         return self.limit
+
+
+@dataclass(slots=True)
+class _Count:
+    """What a cut counted: answers accepted and throttled over ``span`` seconds, and requests still unanswered (half
+    of them counted accepted until they are answered), under a ``background`` share; ``prior``: the limit before."""
+
+    prior: float | None
+    span: float
+    background: float
+    accepted: int
+    throttled: int
+    unanswered: int
+
+    def limit(self, floor: float, backoff: float) -> float:
+        """Just under what the service accepted, and no higher than the limit before."""
+        accepted = (self.accepted + self.unanswered / 2) / self.span / (1.0 - self.background)
+        return max(floor, min(self.prior or math.inf, accepted) * backoff)
