@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
-from cleanup.queues.backlog import backlog_body, defer
+from cleanup.queues.backlog import MAX_PACED, SERVICE_NAME, backlog_body, defer, pace_hint
 from cleanup.queues.backlog_drain import Message, clean
 from cleanup.queues.deadletter import stored_letter
 from cleanup.queues.integrity import seal
@@ -25,8 +27,10 @@ from schemas.records import StreamRecord, read_record
 from schemas.settings import AttributeNames
 from tests.queues import on_queue, send
 from tests.stack import SessionStack, client, to_av
-from tests.strategies import bodies
+from tests.strategies import bodies, json_values, scalars
 from worker import cli
+
+PACE_NAMES = ["kms", "s3", "dynamodb-streams", "dynamodb-control", "kms-GenerateMac", "KMS", "a" * 41]
 
 
 @pytest.fixture
@@ -256,3 +260,67 @@ def test_a_record_is_deferred_only_to_a_backlog_whose_messages_the_drain_can_ver
     else:  # failed, so the stream delivers it again, rather than in a queue whose drain would refuse it
         assert outcome.status is Status.FAILED and on_queue(queue) == []
         assert "BACKLOG_QUEUE_URL is set without INTEGRITY_KEY_ID" in caplog.text
+
+
+def learnt(runtime: Runtime, service: str) -> float | None:
+    """The limit ``runtime``'s process has learnt for ``service``, after answers that say it is over a quota."""
+    rate = runtime.clients.pacer.gate(service).rate
+    sent = time.monotonic()
+    for index in range(24):
+        rate.answered(sent, throttled=index >= 6)  # 6 accepted, 18 throttled: cut to just under 6 a second
+    return rate.limit
+
+
+def test_a_cold_drain_starts_at_the_rate_the_deferring_worker_learnt(stack: SessionStack) -> None:
+    # The stream's worker defers for want of a RetireGrant turn: the quota is spent. A new drain process that started
+    # unpaced would spend its first burst on throttled answers before it could cut; it starts at the sender's rate.
+    session = stack.put_session("paced")
+    stack.delete("paced")
+    [record] = [read_record(raw) for raw in stack.new_records() if raw["eventName"] == "REMOVE"]
+    assert isinstance(record, StreamRecord)
+    queue = str(client("sqs").create_queue(QueueName=f"paced-{stack.table}")["QueueUrl"])
+    sender = stack.runtime(backlog_queue_url=queue)
+    pace = learnt(sender, "kms")
+    waiting = Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="no turn")
+    defer([waiting], [record], sender, deadline=Deadline.after(30))
+    [body] = on_queue(queue)
+    drainer = stack.runtime()
+
+    left = clean([Message("m1", body, "rh")], drainer, Deadline.after(30))
+
+    assert pace is not None and json.loads(body)["pace"] == {"kms": pytest.approx(pace, abs=0.001)}
+    assert left == [] and session["grantId"] not in stack.grant_ids()
+    assert drainer.clients.pacer.gate("kms").rate.limit == pytest.approx(pace, rel=0.1)
+
+
+def test_a_pace_changed_after_tagging_is_refused_with_its_message(stack: SessionStack) -> None:
+    session = stack.put_session("forged-pace")
+    stack.delete("forged-pace")
+    [(_, body)] = deferred(stack)
+    forged = json.dumps({**json.loads(body), "pace": {"kms": 1.0}})
+    drainer = stack.runtime()
+
+    left = clean([Message("m1", forged, "rh")], drainer, Deadline.after(30))
+
+    assert session["grantId"] in stack.grant_ids()  # refused: nothing freed, and the message kept for an operator
+    assert [message.body for message in left] == [forged]
+    assert drainer.clients.pacer.gate("kms").rate.limit is None
+
+
+@given(pace=json_values | st.dictionaries(st.sampled_from(PACE_NAMES) | st.text(max_size=8), scalars, max_size=10))
+@settings(max_examples=300, deadline=None)
+def test_a_pace_is_taken_only_as_far_as_it_is_understood(pace: Any) -> None:
+    hint = pace_hint({"pace": pace})
+
+    assert len(hint) <= MAX_PACED
+    for name, rate in hint.items():
+        assert SERVICE_NAME.fullmatch(name) and not name.endswith("-control")
+        assert isinstance(rate, float) and math.isfinite(rate) and rate > 0
+
+
+def test_a_pace_keeps_only_the_rates_of_services_own_quotas() -> None:
+    pace = {"kms": 2.5, "s3": 7, "kms-GenerateMac": 3.0, "dynamodb-control": 2.0, "sqs": True, "x": "3", "y": -1}
+
+    assert pace_hint({"pace": pace}) == {"kms": 2.5, "s3": 7.0}
+    assert pace_hint({"pace": {"kms": 10**400}}) == {}
+    assert pace_hint({"pace": [["kms", 2.5]]}) == {}

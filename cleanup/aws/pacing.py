@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -184,6 +184,25 @@ class Pacer:
                 if gate is None:
                     gate = self._gates[service] = Gate(self._ceiling, service)
         return gate
+
+    def learnt(self) -> dict[str, float]:
+        """The limits learnt for each service's own quota (not the gates of calls rated apart, nor control calls):
+        what a process taking over this one's work may start at (``seed``)."""
+        with self._lock:
+            gates = list(self._gates.items())
+        apart = {"control", *RATED_APART}
+        return {
+            name: round(limit, 3)
+            for name, gate in gates
+            if name.rsplit("-", 1)[-1] not in apart and (limit := gate.rate.limit) is not None
+        }
+
+    def seed(self, paces: Mapping[str, float]) -> None:
+        """Start each named service's rate at the pace another process learnt for it (``learnt``), where this process
+        has learnt none of its own (``Rate.seed``)."""
+        for name, pace in paces.items():
+            if self.gate(name).rate.seed(pace):
+                log.info("pacing from the sender's learnt rate", extra={"awsService": name, "requestsPerSecond": pace})
 
     def attach(self, client: Any) -> None:
         """Pace every request ``client`` sends within a ``paced`` scope (``calls.call``); others are not paced."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind
@@ -34,11 +36,13 @@ if TYPE_CHECKING:
     from cleanup.runtime import Runtime
 
 ACTIONS = tuple(DEFAULT.split(","))
+"""The default actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
 UNTAGGED = (
     "BACKLOG_QUEUE_URL is set without INTEGRITY_KEY_ID: the drain would refuse every message sent there, so none is; "
     "the records stay failed and the stream delivers them again (set INTEGRITY_KEY_ID to the template's HMAC key)"
 )
-"""The default actions (a runtime's are ``Runtime.kind_classes``: ACTIONS)."""
+MAX_PACED = 8  # services a message's pace names, at most
+SERVICE_NAME = re.compile(r"[a-z0-9]{1,40}(-[a-z0-9]{1,40}){0,2}")  # botocore's hyphenated service ids
 
 
 def defer(
@@ -63,7 +67,11 @@ def defer(
         log.error("backlog queue's message size unknown; the records stay failed", extra={"error": str(exc)})
         return outcomes
     names, actions = runtime.settings.attributes, _names(runtime.kind_classes)
-    bodies = [(index, backlog_body(outcomes[index], records[index], names=names, actions=actions)) for index in pending]
+    pace = runtime.clients.pacer.learnt()
+    bodies = [
+        (index, backlog_body(outcomes[index], records[index], names=names, actions=actions, pace=pace))
+        for index in pending
+    ]
     letters = letters_for(bodies, runtime, limit, deadline)
     result = list(outcomes)
     for batch in batches(letters):
@@ -88,9 +96,11 @@ def backlog_body(
     *,
     names: AttributeNames | None = None,
     actions: Sequence[str] = ACTIONS,
+    pace: Mapping[str, float] | None = None,
 ) -> str:
     """The (untagged) dead-letter message of the record, with ``remaining``: the actions not done (all ``actions``,
-    when none ran).
+    when none ran), and ``pace``: the rates this process learnt for its services' quotas (``Pacer.learnt``), for the
+    drain to start at (:func:`pace_hint`).
 
     A step "kept" in a failed record is left too: the fence may have stopped it (the session came back while it was
     cleaned), and its next run reads the live item again, keeping it if it is still held.
@@ -99,6 +109,8 @@ def backlog_body(
     done = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
     left = [action.action for action in outcome.actions if action.status not in done]
     message["remaining"] = left or list(actions)
+    if pace:
+        message["pace"] = dict(pace)
     return json.dumps(message, default=str)
 
 
@@ -127,6 +139,34 @@ def remaining_actions(message: dict[str, Any], known: Sequence[str] = ACTIONS) -
     if not isinstance(remaining, list) or not remaining or not all(name in known for name in remaining):
         raise MessageFormatError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
     return [str(name) for name in remaining]
+
+
+def pace_hint(message: dict[str, Any]) -> dict[str, float]:
+    """The rates a backlog message says its sender learnt (``pace``: requests a second per service), as far as they
+    are understood: at most MAX_PACED services, each a lower-case service name and a positive finite number. Only a
+    hint where a drain starts its pacing (``Pacer.seed``), never a reason to free or keep anything: one not
+    understood is dropped (the drain then starts unpaced, and learns the rate from the service's answers)."""
+    pace = message.get("pace")
+    if not isinstance(pace, dict) or len(pace) > MAX_PACED:
+        return {}
+    understood = {}
+    for name, value in pace.items():
+        if isinstance(name, str) and SERVICE_NAME.fullmatch(name) and not name.endswith("-control"):
+            rate = _positive(value)
+            if rate is not None:
+                understood[name] = rate
+    return understood
+
+
+def _positive(value: Any) -> float | None:
+    """``value`` as a positive finite number, if it is one (a JSON integer may be too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        rate = float(value)
+    except OverflowError:
+        return None
+    return rate if math.isfinite(rate) and rate > 0 else None
 
 
 def only_remaining(

@@ -33,7 +33,7 @@ from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
 from cleanup.operations.claim_check import Settled, StoredRecord, delete_stored, read_stored, settled
-from cleanup.queues.backlog import load_message, only_remaining, remaining_actions
+from cleanup.queues.backlog import load_message, only_remaining, pace_hint, remaining_actions
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify
 from cleanup.telemetry import log
@@ -103,9 +103,10 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
     left: list[Message] = []
     bad: list[tuple[Message, str]] = []
     read: list[tuple[Message, StreamRecord | UnreadableRecord, StoredRecord | None]] = []
+    paces: dict[str, float] = {}
     for message in messages:
         try:
-            found = _read(message, runtime, deadline)
+            found = _read(message, runtime, deadline, paces)
         except IntegrityError as exc:
             bad.append((message, f"integrity: {exc}"))
             continue
@@ -124,6 +125,7 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
         if found is not None:
             read.append((message, *found))
     left += quarantine(bad, runtime, deadline)
+    runtime.clients.pacer.seed(paces)
     outcomes = run_batch([record for _, record, _ in read], runtime, deadline, backlog=False) if read else []
     for (message, _, stored), outcome in zip(read, outcomes, strict=True):
         if not _done(outcome) or (stored is not None and not _forget(runtime, stored, outcome)):
@@ -151,9 +153,10 @@ def _forget(runtime: Runtime, stored: StoredRecord, outcome: Outcome) -> bool:
 
 
 def _read(
-    message: Message, runtime: Runtime, deadline: Deadline
+    message: Message, runtime: Runtime, deadline: Deadline, paces: dict[str, float]
 ) -> tuple[StreamRecord | UnreadableRecord, StoredRecord | None] | None:
-    """The message's record, cut to its actions left, and its stored object if any; None: a duplicate, done.
+    """The message's record, cut to its actions left, and its stored object if any; None: a duplicate, done. The
+    rates its sender learnt go into ``paces`` (the lowest per service), once its tag is verified.
 
     Raises:
         IntegrityError / MessageFormatError / RecordError: refused (the message is moved, whole, for an operator).
@@ -162,6 +165,8 @@ def _read(
     body = load_message(message.body)
     verify(body, runtime, deadline)  # before anything it names is read, let alone freed
     remaining = remaining_actions(body, [kind.name for kind in runtime.kind_classes])
+    for service, pace in pace_hint(body).items():
+        paces[service] = min(pace, paces.get(service, pace))
     stored = None
     location = body.get("recordObject")
     if isinstance(location, dict):  # the claim-check: only DEAD_LETTER_BUCKET / PREFIX, checked by read_stored
