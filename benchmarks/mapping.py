@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +112,7 @@ def deliver(
 def drain_queue(
     sqs: Any,
     queue: str,
-    invoke: Invoke,
+    invoke: Invoke | Sequence[Invoke],
     *,
     timeout: float,
     concurrency: int,
@@ -120,13 +120,17 @@ def drain_queue(
     retry_after: float = 2.0,
 ) -> float:
     """Drain an SQS queue as an SQS event source mapping with ReportBatchItemFailures and MaximumConcurrency does,
-    until the stream is through and the queue is empty; returns when it was empty (seconds from the call)."""
+    until the stream is through and the queue is empty; returns when it was empty (seconds from the call).
+
+    ``invoke``: one function for every invocation, or one per invocation at once (``concurrency`` of them): Lambda
+    runs concurrent invocations in environments of their own, each with its own process and learnt rates."""
     import threading
 
     started = time.monotonic()
     emptied = [0.0]
+    invokers = [invoke] * concurrency if callable(invoke) else list(invoke)
 
-    def poll() -> None:
+    def poll(invoke: Invoke) -> None:
         while True:
             answer = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1)
             messages = answer.get("Messages", [])
@@ -145,7 +149,7 @@ def drain_queue(
                     sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
             emptied[0] = max(emptied[0], time.monotonic() - started)
 
-    threads = [threading.Thread(target=poll) for _ in range(concurrency)]
+    threads = [threading.Thread(target=poll, args=(invokers[index],)) for index in range(concurrency)]
     for thread in threads:
         thread.start()
     for thread in threads:

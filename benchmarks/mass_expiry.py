@@ -22,6 +22,7 @@ from typing import Any
 
 from benchmarks.capacity import Backlog, Expiry, Mapping, Quotas, Result, Worker, simulate
 from benchmarks.mapping import Delivered, MappingSettings, deliver, drain_queue, on_failure_message
+from cleanup.aws.retry import Deadline
 from cleanup.runtime import Runtime
 from cleanup.telemetry import LOGGER_NAME
 from tests.proxy import FaultPlan, FaultProxy
@@ -109,13 +110,15 @@ def run(world: World, scale: Run) -> Measured:
         return _measure(
             world, ended, queue, deliver(records, _invoker(stream, lambda_handler.handler), scale.mapping, discard)
         )
-    drainer = world.runtime(**timeouts)
+    # One runtime per drain invocation at once: Lambda runs each in an environment of its own, learning the quota
+    # apart (with one runtime between them, the drain would be one learner where production has MaximumConcurrency).
+    drainers = [_drainer(world.runtime(**timeouts)) for _ in range(scale.drain_concurrency)]
     with ThreadPoolExecutor(1) as pool:
         delivering = pool.submit(deliver, records, _invoker(stream, lambda_handler.handler), scale.mapping, discard)
         drained = drain_queue(
             sqs,
             backlog,
-            _invoker(drainer, backlog_handler.handler, backlog_handler.warm),
+            drainers,
             timeout=scale.mapping.timeout,
             concurrency=scale.drain_concurrency,
             stream_done=delivering.done,
@@ -129,6 +132,16 @@ def _invoker(runtime: Runtime, handler: Any, warm: Any = lambda_handler.warm) ->
     def invoke(event: dict[str, Any], context: Any) -> dict[str, Any]:
         with warm.use(runtime):
             return dict(handler(event, context))
+
+    return invoke
+
+
+def _drainer(runtime: Runtime) -> Any:
+    """The drain's handler in an environment of its own, warm with ``runtime`` (``worker.backlog.handler``, whose
+    warm runtime is one per process)."""
+
+    def invoke(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return dict(backlog_handler.drain(event.get("Records") or [], runtime, Deadline.from_lambda_context(context)))
 
     return invoke
 

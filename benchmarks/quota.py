@@ -7,7 +7,9 @@ token bucket refilled at the quota and holding one second's worth; a request fin
 * **one batch**: N sessions (a grant and a scratch object each, some with a socket) in one Lambda invocation with
   time enough; it must come clean in that one delivery;
 * **a mass expiry through both mappings** (``benchmarks.mass_expiry``): the stream's event source mapping with the
-  backlog, and the drain's SQS mapping retiring the deferred grants; every grant must be retired.
+  backlog, and the drain's SQS mapping retiring the deferred grants, its two invocations at once (MaximumConcurrency)
+  each in an environment of its own, as Lambda runs them: three processes learn the quota apart. Every grant must be
+  retired.
 
     python -m benchmarks.quota                     # 200 sessions at 5/s; a mass expiry of 200 at 3/s
     python -m benchmarks.quota --sessions 100 --expiry 90
@@ -104,7 +106,7 @@ def expiry(aws: LocalAws, gateway: LocalGateway, sessions: int, quota: float) ->
         )
         measured = mass_expiry.run(world, scale)
         clean = not any(measured.left.values()) and measured.on_failure_queue == 0
-        return _paced(world, "mass expiry, stream + backlog drain", sessions, quota, clean)
+        return _paced(world, "mass expiry, stream + 2 drain environments", sessions, quota, clean)
 
 
 def measure(batch: int, batch_quota: float, sessions: int, expiry_quota: float) -> list[Paced]:
