@@ -8,8 +8,9 @@ where a stream keeps a record 24 hours, and ``worker.backlog`` drains it through
 the live item is read again before every destructive call, however late.
 
 A message is the dead-letter message (``cleanup.queues.deadletter``: the record cut to what cleaning needs, or, when too
-large, the claim-check object naming it) with ``remaining``, the actions left, and its integrity tag over all of it
-(``cleanup.queues.integrity``). Only when SQS has accepted it is the record handled; else it stays failed and is
+large, the claim-check object naming it) with ``remaining``, the actions left, ``pace``, the rates its worker learnt
+for its services' quotas (where a cold drain starts its pacing: :func:`pace_hint`), and its integrity tag over all of
+it (``cleanup.queues.integrity``). Only when SQS has accepted it is the record handled; else it stays failed and is
 reported, and the stream delivers it again.
 """
 

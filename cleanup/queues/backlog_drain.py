@@ -9,6 +9,9 @@ stored in S3 (the claim-check) has its object deleted once it is clean (``claim_
 the location against DEAD_LETTER_BUCKET / DEAD_LETTER_PREFIX first, and leaves a "redriven" marker): a duplicate
 message that then finds the object gone and the marker there is done too.
 
+A drain process that has learnt no rate for a service starts at the lowest its batch's messages carry (``pace``: what
+the deferring worker learnt; ``Pacer.seed``), not with a burst into a quota its sender found spent.
+
 Before anything else each message's integrity tag is verified (``cleanup.queues.integrity``), and a stored record's
 bytes against the digest the tag covers. A message that fails it, or that cannot be read at all (any JSON, any type in
 any field), is refused alone: counted (``MessagesRefused``), logged, and moved whole to the backlog's dead-letter queue
