@@ -119,6 +119,12 @@ class Gate:
             self._condition.notify_all()
 
 
+def own_quota(gate: str) -> bool:
+    """Whether the gate named ``gate`` paces a service's own quota: not a call rated apart (``kms-GenerateMac``), nor
+    control calls (``dynamodb-control``)."""
+    return gate.rsplit("-", 1)[-1] not in {"control", *RATED_APART}
+
+
 class CallScope:
     """What one API call holds of the pacer: its deadline, and the slot of its attempt in flight, if any.
 
@@ -190,11 +196,8 @@ class Pacer:
         what a process taking over this one's work may start at (``seed``)."""
         with self._lock:
             gates = list(self._gates.items())
-        apart = {"control", *RATED_APART}
         return {
-            name: round(limit, 3)
-            for name, gate in gates
-            if name.rsplit("-", 1)[-1] not in apart and (limit := gate.rate.limit) is not None
+            name: round(limit, 3) for name, gate in gates if own_quota(name) and (limit := gate.rate.limit) is not None
         }
 
     def seed(self, paces: Mapping[str, float]) -> None:

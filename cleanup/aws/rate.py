@@ -125,9 +125,7 @@ class Rate:
             self.limit = min(max(limit, self.FLOOR), self.UNLIMITED)
             # The window starts here, as at a cut: what is accepted since is counted over the time since, not over
             # a window reaching back to the start.
-            self._cut = self._spaced = self._grown = self._since = self._next = now
-            self._answers.clear()
-            self._throttled = 0
+            self._restart(now, now)
             return True
 
     def current(self, reserved: float) -> bool:
@@ -194,9 +192,7 @@ class Rate:
             return self._cut_to(now, answers, share, outstanding)
         self.limit = before  # sending slower did not lower the throttling: back to the rate before, it is background
         self.background = min(share, self.MAX_BACKGROUND)
-        self._cut = self._spaced = self._grown = self._since = self._next = now  # turns at the cut's spacing: again
-        self._answers.clear()
-        self._throttled = 0
+        self._restart(now, now)  # turns given at the cut's spacing are reserved again
         return None
 
     def _cut_to(self, now: float, answers: int, share: float, outstanding: int) -> float:
@@ -212,11 +208,16 @@ class Rate:
         count = _Count(self.limit, span, self.background, answers - self._throttled, self._throttled, outstanding)
         self._counted = count if outstanding else None
         self.limit = count.limit(self.FLOOR, self.BACKOFF)
-        self._cut = self._spaced = self._grown = self._since = now
-        self._next = now + 1.0 / self.limit  # turns given before are reserved again (``current``)
-        self._answers.clear()  # the cut is judged on answers to requests sent at the new rate
-        self._throttled = 0
+        self._restart(now, now + 1.0 / self.limit)  # the cut is judged on answers to requests sent at the new rate
         return self.limit
+
+    def _restart(self, now: float, first_turn: float) -> None:
+        """The limit was set anew: the window starts empty, answers to requests sent before are not counted in it,
+        turns given before are reserved again (``current``), the next at ``first_turn`` (the caller holds the lock)."""
+        self._cut = self._spaced = self._grown = self._since = now
+        self._next = first_turn
+        self._answers.clear()
+        self._throttled = 0
 
     def _recount(self, now: float, throttled: bool) -> None:
         """An answer to a request unanswered at the last cut, which counted it half accepted: the cut, and the share it

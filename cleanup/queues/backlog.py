@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind
 from cleanup.actions.loading import DEFAULT, load_kinds
+from cleanup.aws.pacing import own_quota
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, MessageFormatError
 from cleanup.queues.deadletter import MESSAGE_FORMAT, batches, letters_for, message_body, send_batch
@@ -152,7 +153,7 @@ def pace_hint(message: dict[str, Any]) -> dict[str, float]:
         return {}
     understood = {}
     for name, value in pace.items():
-        if isinstance(name, str) and SERVICE_NAME.fullmatch(name) and not name.endswith("-control"):
+        if isinstance(name, str) and SERVICE_NAME.fullmatch(name) and own_quota(name):
             rate = _positive(value)
             if rate is not None:
                 understood[name] = rate
