@@ -1,7 +1,8 @@
 """Pacing gives back what it takes on every path: a call that raises anywhere between the slot's take and its
 give-back (a hook, botocore's parser on a garbled 502, botocore without a request context) leaves the gate as it found
 it, and the next calls still run. Every wait for a slot has a bound, with or without a deadline. A turn given before
-a cut is taken again, even after the wait for a slot; a gate starts with a few slots, and grows fast while answered."""
+a cut is taken again, even after the wait for a slot; a gate starts with a few slots, and grows fast while answered,
+until a timeout or a throttling answer."""
 
 from __future__ import annotations
 
@@ -240,3 +241,23 @@ def test_a_gate_starts_small_and_doubles_with_each_round_of_successes_until_trou
         assert taken is not None
         gate.release(taken, trouble=False, success=True)
     assert gate.limit == 17
+
+
+def test_a_throttling_answer_ends_the_slow_start_without_lowering_the_limit(
+    stack: SessionStack, proxy: FaultProxy
+) -> None:
+    # A quota's burst spent, its throttling answers come back first, each freeing its slot for another request into the
+    # spent quota: doubling on would send MAX_CONCURRENCY of them before the rate is cut. One call admitted, one
+    # answered "throttled", the quota lifted: the gate grows by one a round from there, not by one a success.
+    clients = ProxiedClients(settings_for(stack, max_concurrency=32), proxy.url)
+    gate = clients.pacer.gate("dynamodb")
+    proxy.plan.quotas["dynamodb:DescribeTable"] = 1.0  # a bucket of one: the second call at once is throttled
+    describe(clients, stack)
+    assert isinstance(failure(lambda: describe(clients, stack)), TransientError)
+    assert proxy.plan.over_quota["dynamodb:DescribeTable"] == 1
+    proxy.plan.quotas.clear()
+
+    for _ in range(SLOW_START):
+        describe(clients, stack)
+
+    assert gate.limit == SLOW_START + 1

@@ -25,8 +25,10 @@ passes through it, botocore's own retries included:
   lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
 * **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
   thread and client of the process. It starts at SLOW_START and each success raises it by one (doubling it every
-  round, a few round trips to MAX_CONCURRENCY), until the first timeout: a new process's first burst to a service
-  that throttles is a few requests, not MAX_CONCURRENCY of them answered "throttled" before the rate can be cut. A
+  round, a few round trips to MAX_CONCURRENCY), until the first timeout or throttling answer: a new process's first
+  burst to a service that throttles is a few requests, not MAX_CONCURRENCY of them answered "throttled" before the
+  rate can be cut, and it does not double again while the rate is learnt (throttling answers come back at once, and
+  each frees its slot for another request into the spent quota). A throttling answer does not lower the limit. A
   timeout halves the limit (once per round of attempts in flight, additive-increase/multiplicative-decrease as in
   TCP); each round of successes raises it by one, back up to MAX_CONCURRENCY. A slow dependency thus slows the
   worker down instead of failing its records.
@@ -83,7 +85,7 @@ class Gate:
         self.rate = Rate(service)
         self.ceiling = ceiling
         self.limit = min(ceiling, SLOW_START)
-        self._slow_start = True  # until the first trouble: each success raises the limit by one (doubling a round)
+        self._slow_start = True  # until the first trouble or throttling: each success raises the limit by one
         self.in_flight = 0
         self.round = 0  # bumped at each decrease: trouble from attempts of an earlier round is not counted twice
         self._successes = 0
@@ -100,10 +102,12 @@ class Gate:
             self.in_flight += 1
             return self.round
 
-    def release(self, taken_in: int, *, trouble: bool, success: bool) -> None:
-        """Give a slot back, saying how its attempt went."""
+    def release(self, taken_in: int, *, trouble: bool, success: bool, throttled: bool = False) -> None:
+        """Give a slot back, saying how its attempt went (``throttled``: the answer said so)."""
         with self._condition:
             self.in_flight -= 1
+            if throttled:  # the end of the slow start, not of the limit: the rate, not concurrency, meets a quota
+                self._slow_start = False
             if trouble and taken_in == self.round:
                 self.limit = max(1, self.limit // 2)
                 self.round += 1
@@ -142,13 +146,15 @@ class CallScope:
         self.give_back()  # a slot never outlives its attempt, even one that ended without a needs-retry
         self._attempt = (gate, taken_in, time.monotonic())
 
-    def give_back(self, *, trouble: bool = False, success: bool = False) -> tuple[Gate, float] | None:
+    def give_back(
+        self, *, trouble: bool = False, success: bool = False, throttled: bool = False
+    ) -> tuple[Gate, float] | None:
         """Give the attempt's slot back (a no-op if none is held); its gate and when it was sent."""
         attempt, self._attempt = self._attempt, None
         if attempt is None:
             return None
         gate, taken_in, sent = attempt
-        gate.release(taken_in, trouble=trouble, success=success)
+        gate.release(taken_in, trouble=trouble, success=success, throttled=throttled)
         return gate, sent
 
 
@@ -265,7 +271,7 @@ class Pacer:
             return
         throttled = _throttled(response)
         failed = caught_exception is not None or _status(response) >= 400
-        attempt = scope.give_back(trouble=_timed_out(caught_exception), success=not failed)
+        attempt = scope.give_back(trouble=_timed_out(caught_exception), success=not failed, throttled=throttled)
         if attempt is not None:
             _learn_rate(*attempt, throttled=throttled, answered=response is not None)
         # Only an answer botocore would try again can run out of time; any other (a 410 Gone, access denied, a bad
