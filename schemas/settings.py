@@ -219,6 +219,10 @@ class Settings(BaseSettings):
     transient errors): each goes there with the actions it has left, and counts as handled; ``worker.backlog``
     drains it. Unset, or set without INTEGRITY_KEY_ID (the drain refuses untagged messages; ``check`` says so): such
     records are reported failed and retried from the stream."""
+    backlog_maximum_concurrency: int = Field(default=2, ge=1, le=1000)
+    """BACKLOG_MAXIMUM_CONCURRENCY: the drain's invocations at once (its mapping's MaximumConcurrency), each in an
+    environment of its own: a drain that has learnt no rate starts at the rate learnt by the worker that deferred to it,
+    divided by this (the rest is the other environments', on the same quota)."""
     quota_wait_seconds: float | None = Field(default=None, ge=0)
     """QUOTA_WAIT_SECONDS: the longest a request waits for a turn at a throttling service's learnt rate; a request
     with no turn that soon is not sent and its record is deferred to the backlog. Unset: up to the deadline."""

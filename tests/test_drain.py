@@ -271,9 +271,13 @@ def learnt(runtime: Runtime, service: str) -> float | None:
     return rate.limit
 
 
-def test_a_cold_drain_starts_at_the_rate_the_deferring_worker_learnt(stack: SessionStack) -> None:
+@pytest.mark.parametrize("environments", [1, 2, 3])
+def test_a_cold_drain_starts_at_its_share_of_the_rate_the_deferring_worker_learnt(
+    stack: SessionStack, environments: int
+) -> None:
     # The stream's worker defers for want of a RetireGrant turn: the quota is spent. A new drain process that started
-    # unpaced would spend its first burst on throttled answers before it could cut; it starts at the sender's rate.
+    # unpaced would spend its first burst on throttled answers before it could cut; it starts at the sender's rate,
+    # shared among the drain's environments at once (BACKLOG_MAXIMUM_CONCURRENCY), each of which learns apart.
     session = stack.put_session("paced")
     stack.delete("paced")
     [record] = [read_record(raw) for raw in stack.new_records() if raw["eventName"] == "REMOVE"]
@@ -284,13 +288,13 @@ def test_a_cold_drain_starts_at_the_rate_the_deferring_worker_learnt(stack: Sess
     waiting = Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error="no turn")
     defer([waiting], [record], sender, deadline=Deadline.after(30))
     [body] = on_queue(queue)
-    drainer = stack.runtime()
+    drainer = stack.runtime(backlog_maximum_concurrency=environments)
 
     left = clean([Message("m1", body, "rh")], drainer, Deadline.after(30))
 
     assert pace is not None and json.loads(body)["pace"] == {"kms": pytest.approx(pace, abs=0.001)}
     assert left == [] and session["grantId"] not in stack.grant_ids()
-    assert drainer.clients.pacer.gate("kms").rate.limit == pytest.approx(pace, rel=0.1)
+    assert drainer.clients.pacer.gate("kms").rate.limit == pytest.approx(pace / environments, rel=0.1)
 
 
 def test_a_pace_changed_after_tagging_is_refused_with_its_message(stack: SessionStack) -> None:

@@ -48,6 +48,9 @@ def test_the_cleanup_function_defers_to_the_backlog_and_the_drain_does_not() -> 
     assert drain["BACKLOG_QUEUE_URL"] == {"Ref": "BacklogQueue"}  # only to release messages on
     assert "QUOTA_WAIT_SECONDS" not in drain  # the drain waits for its turns within its timeout
     assert set(stream) - set(drain) == {"QUOTA_WAIT_SECONDS"}  # the same cleanup otherwise
+    # each drain environment starts at its share of the stream's learnt rate: one of the mapping's invocations at once
+    assert drain["BACKLOG_MAXIMUM_CONCURRENCY"] == {"Ref": "BacklogMaximumConcurrency"}
+    assert set(drain) - set(stream) == {"BACKLOG_MAXIMUM_CONCURRENCY"}
 
 
 def test_the_drain_runs_with_the_role_every_grant_names_as_retiring_principal() -> None:

@@ -9,8 +9,12 @@ stored in S3 (the claim-check) has its object deleted once it is clean (``claim_
 the location against DEAD_LETTER_BUCKET / DEAD_LETTER_PREFIX first, and leaves a "redriven" marker): a duplicate
 message that then finds the object gone and the marker there is done too.
 
-A drain process that has learnt no rate for a service starts at the lowest its batch's messages carry (``pace``: what
-the deferring worker learnt; ``Pacer.seed``), not with a burst into a quota its sender found spent.
+A drain process that has learnt no rate for a service starts at its share of the lowest its batch's messages carry
+(``pace``: what the deferring worker learnt; ``Pacer.seed``), not with a burst into a quota its sender found spent.
+Its share is one of BACKLOG_MAXIMUM_CONCURRENCY: Lambda runs that many drain invocations at once, each in an
+environment of its own that learns the quota apart, and each taking the sender's whole rate would together start at
+twice the quota (with the default of two), where the one a token bucket happens to serve first takes nearly all of it
+and the other is cut to its floor and throttled there.
 
 Before anything else each message's integrity tag is verified (``cleanup.queues.integrity``), and a stored record's
 bytes against the digest the tag covers. A message that fails it, or that cannot be read at all (any JSON, any type in
@@ -128,7 +132,8 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
         if found is not None:
             read.append((message, *found))
     left += quarantine(bad, runtime, deadline)
-    runtime.clients.pacer.seed(paces)
+    share = runtime.settings.backlog_maximum_concurrency
+    runtime.clients.pacer.seed({service: pace / share for service, pace in paces.items()})
     outcomes = run_batch([record for _, record, _ in read], runtime, deadline, backlog=False) if read else []
     for (message, _, stored), outcome in zip(read, outcomes, strict=True):
         if not _done(outcome) or (stored is not None and not _forget(runtime, stored, outcome)):
