@@ -51,6 +51,7 @@ class Run:
     mapping: MappingSettings = CALIBRATION
     backlog: bool = False
     drain_concurrency: int = 2
+    drain_timeout: float | None = None  # the drain function's timeout; None: the stream's (``mapping.timeout``)
 
     def model(self) -> Result:
         """The capacity model's prediction for this run."""
@@ -119,7 +120,7 @@ def run(world: World, scale: Run) -> Measured:
             sqs,
             backlog,
             drainers,
-            timeout=scale.mapping.timeout,
+            timeout=scale.mapping.timeout if scale.drain_timeout is None else scale.drain_timeout,
             concurrency=scale.drain_concurrency,
             stream_done=delivering.done,
         )
