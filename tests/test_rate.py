@@ -87,6 +87,23 @@ def test_random_throttling_keeps_the_rate(share: float, workers: int, latency: f
     assert tally.sent >= 0.8 * unthrottled.sent  # and requests went on at about the rate unthrottled
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="judged on 16 answers, a fifth thrown at random reads now as 'rose' (cut again), now as 'came down' (kept) "
+    "often enough to ratchet the limit down: 13 of 30 draws end at 0.01-0.64 of the rate unthrottled",
+)
+def test_random_throttling_keeps_the_rate_whatever_the_draw() -> None:
+    # The case above with seed 3 holds; over thirty draws of the same fifth thrown at random, it does not always.
+    unthrottled = drive(Service(), 60.0, workers=8, latency=0.05, since=30.0)
+
+    kept = [
+        drive(Service(random_share=0.2, seed=seed), 60.0, workers=8, latency=0.05, since=30.0).sent / unthrottled.sent
+        for seed in range(1, 31)
+    ]
+
+    assert min(kept) >= 0.8
+
+
 @pytest.mark.xfail(strict=True, reason="two processes learning one quota apart: 0.31-0.41 throttled per admitted")
 @pytest.mark.parametrize(("quota", "workers"), [(3.0, 4), (5.0, 8)])
 def test_two_processes_sharing_a_quota_keep_to_it_with_few_throttled_answers(quota: float, workers: int) -> None:
