@@ -251,8 +251,8 @@ def test_a_throttling_answer_ends_the_slow_start_without_lowering_the_limit(
     # answered "throttled", the quota lifted: the gate grows by one a round from there, not by one a success.
     clients = ProxiedClients(settings_for(stack, max_concurrency=32), proxy.url)
     gate = clients.pacer.gate("dynamodb")
-    proxy.plan.quotas["dynamodb:DescribeTable"] = 1.0  # a bucket of one: the second call at once is throttled
     describe(clients, stack)
+    proxy.plan.quotas["dynamodb:DescribeTable"] = 0.001  # a bucket that never holds a whole token: throttled
     assert isinstance(failure(lambda: describe(clients, stack)), TransientError)
     assert proxy.plan.over_quota["dynamodb:DescribeTable"] == 1
     proxy.plan.quotas.clear()
