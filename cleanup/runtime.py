@@ -215,12 +215,17 @@ class Runtime:
         return min(max(int(size), low), high) if size.isdigit() else low
 
     def close(self) -> None:
+        """Wait for the records still being cleaned, then stop the pools. The lock is not held while waiting: a record
+        still running takes ``side_executor`` (under the lock) for its grant's name check, and would wait for ever."""
         with self._lock:
-            for pool in (self._executor, self._side):
-                if pool is not None:
-                    pool.shutdown(wait=True)
-            self._executor = self._side = None
+            records, self._executor = self._executor, None
             derived, self._for_tables = list(self._for_tables.values()), {}
+        if records is not None:
+            records.shutdown(wait=True)
+        with self._lock:  # nothing submits to it now: the records that did are done
+            side, self._side = self._side, None
+        if side is not None:
+            side.shutdown(wait=True)
         for runtime in derived:
             runtime.close()
 
