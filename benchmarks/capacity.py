@@ -82,7 +82,7 @@ class Worker:
     # (0.5 s) and a minimal read (0.25 s) before the deadline (cleanup/aws/retry.py, cleanup/aws/pacing.py)
     margin: float = 1.75
     # In an invocation cut short by the quota, the share of its retired grants that come before its first failed
-    # record: records throttled while the learnt rate probes above the quota (it grows 5% a second) fail out of
+    # record: records throttled while the learnt rate probes above the quota (it grows while requests wait) fail out of
     # order, and the mapping resumes from the lowest. Measured 0.5 (benchmarks/README.md, the calibration run).
     in_order: float = 0.5
     # requests a session makes of each quota: RetireGrant; DeleteConnection; a listing and its share of DeleteObjects;

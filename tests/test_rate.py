@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cleanup.aws.rate import Rate
-from tests.pace_sim import Service, drive
+from tests.pace_sim import Service, drain, drive
 
 
 def answer(rate: Rate, accepted: int, throttled: int, outstanding: int = 0) -> float | None:
@@ -90,7 +90,7 @@ def test_random_throttling_keeps_the_rate(share: float, workers: int, latency: f
 @pytest.mark.xfail(
     strict=True,
     reason="judged on 16 answers, a fifth thrown at random reads now as 'rose' (cut again), now as 'came down' (kept) "
-    "often enough to ratchet the limit down: 13 of 30 draws end at 0.01-0.64 of the rate unthrottled",
+    "often enough to ratchet the limit down: 7 of 30 draws end at 0.01-0.63 of the rate unthrottled",
 )
 def test_random_throttling_keeps_the_rate_whatever_the_draw() -> None:
     # The case above with seed 3 holds; over thirty draws of the same fifth thrown at random, it does not always.
@@ -104,8 +104,21 @@ def test_random_throttling_keeps_the_rate_whatever_the_draw() -> None:
     assert min(kept) >= 0.8
 
 
-@pytest.mark.xfail(strict=True, reason="two processes learning one quota apart: 0.31-0.41 throttled per admitted")
-@pytest.mark.parametrize(("quota", "workers"), [(3.0, 4), (5.0, 8)])
+@pytest.mark.parametrize(
+    ("quota", "workers"),
+    [
+        (3.0, 4),
+        pytest.param(
+            5.0,
+            8,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="0.28 throttled per admitted: a cut after which the other process took the room back is judged "
+                "'did not change' and undone as background (a background share of 0.2-0.36)",
+            ),
+        ),
+    ],
+)
 def test_two_processes_sharing_a_quota_keep_to_it_with_few_throttled_answers(quota: float, workers: int) -> None:
     # Each learns the quota on its own from its share of the answers; together they send as much as it allows.
     tally = drive(Service(quota=quota), 120.0, workers=workers, latency=0.1, since=30.0, learners=2)
@@ -123,6 +136,29 @@ def test_a_sender_paced_near_the_quota_by_its_own_work_keeps_to_it(workers: int,
 
     assert tally.throttled <= 0.25 * tally.admitted
     assert tally.admitted >= 0.95 * 3.0 * 120.0
+
+
+def test_a_drain_reserving_a_batchs_turns_at_once_grows_towards_the_quota() -> None:
+    # The backlog's drain takes ten messages and reserves their calls' turns at once, then none until the next batch,
+    # half a second later. Counted in seconds since the last reservation that waited, the limit grew by nothing at the
+    # first of a batch (none waits) and by nothing at the others (no time between them): started at two thirds of the
+    # quota, it stayed there. The half second between batches is not made up for.
+    tally = drain(Service(quota=3.0), 150.0, learners=1, start=2.0, overhead=0.5, since=30.0)
+
+    assert tally.admitted >= 0.9 * 3.0 * 120.0
+    assert tally.throttled <= 0.25 * tally.admitted
+
+
+@pytest.mark.parametrize("draw", range(4))
+@pytest.mark.parametrize("quota", [3.0, 5.0, 20.0])
+def test_two_drain_environments_keep_to_a_quota_they_learn_apart(quota: float, draw: int) -> None:
+    # MaximumConcurrency 2: two environments, each started at half the sender's rate, learn one quota apart from
+    # their own answers. Growing by the second, the two grew twice as fast as one, and a few requests a second each
+    # outgrew the quota by half before their answers showed it: 0.3-0.4 throttled per admitted call at 3 a second.
+    tally = drain(Service(quota=quota), 150.0, learners=2, start=0.9 * quota, since=30.0, draw=draw)
+
+    assert tally.throttled <= 0.25 * tally.admitted
+    assert tally.admitted >= 0.95 * quota * 120.0
 
 
 class FakeClock:
