@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import threading
 import time
 from typing import Any
 
@@ -260,6 +261,28 @@ def test_a_record_is_deferred_only_to_a_backlog_whose_messages_the_drain_can_ver
     else:  # failed, so the stream delivers it again, rather than in a queue whose drain would refuse it
         assert outcome.status is Status.FAILED and on_queue(queue) == []
         assert "BACKLOG_QUEUE_URL is set without INTEGRITY_KEY_ID" in caplog.text
+
+
+def test_a_batchs_messages_are_verified_together(stack: SessionStack) -> None:
+    # Each message's tag costs a KMS call before anything it names is freed; one after the other, a batch's first
+    # grant waited for every message's call. Here each VerifyMac goes on only once the other is in flight too.
+    names = ["together-1", "together-2"]
+    ended = [stack.put_session(name) for name in names]
+    for name in names:
+        stack.delete(name)
+    messages = [Message(f"m{index}", body, f"rh{index}") for index, (_, body) in enumerate(deferred(stack))]
+    runtime = stack.runtime()
+    both = threading.Barrier(2, timeout=10)
+
+    def in_flight_together(**_: Any) -> None:
+        both.wait()
+
+    runtime.clients.kms.meta.events.register("before-send.kms.VerifyMac", in_flight_together)
+
+    left = clean(messages, runtime, Deadline.after(60))
+
+    assert len(messages) == 2 and left == [] and not both.broken
+    assert not {session["grantId"] for session in ended} & set(stack.grant_ids())
 
 
 def learnt(runtime: Runtime, service: str) -> float | None:

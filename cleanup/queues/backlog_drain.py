@@ -111,26 +111,24 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
     bad: list[tuple[Message, str]] = []
     read: list[tuple[Message, StreamRecord | UnreadableRecord, StoredRecord | None]] = []
     paces: dict[str, float] = {}
-    for message in messages:
-        try:
-            found = _read(message, runtime, deadline, paces)
-        except IntegrityError as exc:
-            bad.append((message, f"integrity: {exc}"))
-            continue
-        except (MessageFormatError, RecordError) as exc:
-            bad.append((message, f"unreadable: {exc}"))
-            continue
-        except CleanupError as exc:
+    for message, result in zip(messages, _read_all(messages, runtime, deadline), strict=True):
+        if isinstance(result, IntegrityError):
+            bad.append((message, f"integrity: {result}"))
+        elif isinstance(result, (MessageFormatError, RecordError)):
+            bad.append((message, f"unreadable: {result}"))
+        elif isinstance(result, CleanupError):
             log.error(
-                "backlog message not readable now; kept", extra={"messageId": message.message_id, "error": str(exc)}
+                "backlog message not readable now; kept", extra={"messageId": message.message_id, "error": str(result)}
             )
             left.append(message)
-            continue
-        except Exception as exc:  # the per-message boundary: whatever the message holds, it fails alone
-            bad.append((message, f"unreadable: {type(exc).__name__}: {exc}"))
-            continue
-        if found is not None:
-            read.append((message, *found))
+        elif isinstance(result, Exception):  # the per-message boundary: whatever the message holds, it fails alone
+            bad.append((message, f"unreadable: {type(result).__name__}: {result}"))
+        else:
+            found, carried = result
+            for service, pace in carried.items():
+                paces[service] = min(pace, paces.get(service, pace))
+            if found is not None:
+                read.append((message, *found))
     left += quarantine(bad, runtime, deadline)
     share = runtime.settings.backlog_maximum_concurrency
     runtime.clients.pacer.seed({service: pace / share for service, pace in paces.items()})
@@ -139,6 +137,28 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
         if not _done(outcome) or (stored is not None and not _forget(runtime, stored, outcome)):
             left.append(message)
     return left
+
+
+_Found = tuple[StreamRecord | UnreadableRecord, StoredRecord | None]
+
+
+def _read_all(
+    messages: Sequence[Message], runtime: Runtime, deadline: Deadline
+) -> list[tuple[_Found | None, dict[str, float]] | Exception]:
+    """Each message read (``_read``: its record and the rates its sender learnt), or what it raised, in order.
+
+    Concurrently on the runtime's pool, free until the batch is cleaned: each message costs a KMS call (its tag), and an
+    S3 read for a stored record; one after the other, they held back a batch's first grant by a call's time for each
+    message before it (a second for ten, on moto)."""
+
+    def one(message: Message) -> tuple[_Found | None, dict[str, float]] | Exception:
+        paces: dict[str, float] = {}
+        try:
+            return _read(message, runtime, deadline, paces), paces
+        except Exception as exc:  # sorted by the caller: refused, kept, or failed alone
+            return exc
+
+    return list(runtime.executor.map(one, messages))
 
 
 def _done(outcome: Outcome) -> bool:
@@ -160,9 +180,7 @@ def _forget(runtime: Runtime, stored: StoredRecord, outcome: Outcome) -> bool:
     return True
 
 
-def _read(
-    message: Message, runtime: Runtime, deadline: Deadline, paces: dict[str, float]
-) -> tuple[StreamRecord | UnreadableRecord, StoredRecord | None] | None:
+def _read(message: Message, runtime: Runtime, deadline: Deadline, paces: dict[str, float]) -> _Found | None:
     """The message's record, cut to its actions left, and its stored object if any; None: a duplicate, done. The
     rates its sender learnt go into ``paces`` (the lowest per service), once its tag is verified.
 
