@@ -90,7 +90,7 @@ def test_random_throttling_keeps_the_rate(share: float, workers: int, latency: f
 @pytest.mark.xfail(
     strict=True,
     reason="judged on 16 answers, a fifth thrown at random reads now as 'rose' (cut again), now as 'came down' (kept) "
-    "often enough to ratchet the limit down: 7 of 30 draws end at 0.01-0.63 of the rate unthrottled",
+    "often enough to ratchet the limit down: 6 of 30 draws end at 0.01-0.64 of the rate unthrottled",
 )
 def test_random_throttling_keeps_the_rate_whatever_the_draw() -> None:
     # The case above with seed 3 holds; over thirty draws of the same fifth thrown at random, it does not always.
@@ -113,7 +113,7 @@ def test_random_throttling_keeps_the_rate_whatever_the_draw() -> None:
             8,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="0.28 throttled per admitted: a cut after which the other process took the room back is judged "
+                reason="0.35 throttled per admitted: a cut after which the other process took the room back is judged "
                 "'did not change' and undone as background (a background share of 0.2-0.36)",
             ),
         ),
@@ -211,6 +211,31 @@ def test_a_limit_grows_while_requests_wait_for_their_turns() -> None:
         rate.reserve(clock.now + 60.0)
 
     assert rate.limit is not None and rate.limit > 1.5 * limit
+
+
+def test_a_kept_cut_grows_back_quickly_to_near_the_limit_it_was_cut_from() -> None:
+    # Cut from a limit it had (another process on the quota took the room, then was done): the quota lies between the
+    # cut and that limit. At 0.6% a request, a drain environment cut to 1.2 a second stayed near it, and ran its last
+    # batch alone there, at a third of the quota.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    rate.seed(10.0)
+    sent = clock.now + 0.1
+    clock.now += 2.0
+    for index in range(20):  # 10 accepted in the 2 s since, then throttled: cut to 4.5
+        rate.answered(sent, throttled=index >= 10)
+    cut = rate.limit
+    clock.now += 1.0
+    for _ in range(Rate.JUDGE_ANSWERS):  # the throttling stopped: kept
+        rate.answered(clock.now, throttled=False)
+    assert cut == pytest.approx(4.5) and rate.limit == cut
+
+    for _ in range(30):  # requests waiting for their turns
+        clock.now += 0.01
+        rate.reserve(clock.now + 60.0)
+
+    # 12 at 5% to 0.8 of the 10 it was cut from, then 0.6% each: at 0.6% all along, 5.4
+    assert rate.limit is not None and 8.0 <= rate.limit <= 9.0
 
 
 def test_throttling_that_rises_after_a_cut_is_another_sender_on_the_quota_not_background() -> None:

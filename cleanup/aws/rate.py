@@ -38,12 +38,16 @@ the quota. A service overloaded for a while throttles a share whatever the rate:
   showed it, and two processes at half the rate each grew twice as fast together; a sender reserving a batch's turns
   at once (the drain) grew only for the gaps between its batches, not at all or by seconds at once. A request that
   does not wait raises nothing, nor does one while a cut is judged: a limit that holds nothing back would grow past
-  the quota unseen, and be found far over it when requests come faster.
+  the quota unseen, and be found far over it when requests come faster. After a cut is kept because the throttling
+  stopped, the quota lies between the cut and the limit it was cut from: the limit grows back by REGAIN with each
+  request that waits, up to REGAIN_AT of the limit it was cut from, and by GROWTH beyond. A process cut while others
+  held the quota (the drain's environments) is otherwise left at a fraction of its share, and once the others are
+  done, its last batch runs alone at that fraction.
 
 So scattered throttling costs a cut or two (undone after a few answers) before it is known as background, and
 mostly does not drive the limit towards nothing (measured in ``tests/test_rate.py`` up to a fifth of all answers; a
 third, at random, is taken for a quota and cut far). Not always: judged on 16 answers, a fifth thrown at random reads
-now as "rose", now as "came down", and in 7 of 30 draws those verdicts ratchet the limit down to 0.01-0.63 of the rate
+now as "rose", now as "came down", and in 6 of 30 draws those verdicts ratchet the limit down to 0.01-0.64 of the rate
 unthrottled (``test_random_throttling_keeps_the_rate_whatever_the_draw``, expected to fail). A quota is kept to within
 about a tenth, with a few throttled answers each time the limit grows past it again. The limit is never below FLOOR.
 
@@ -81,6 +85,8 @@ class Rate:
     BACKGROUND_HALF_LIFE = 20.0  # seconds: the background share is forgotten by half in this time
     BACKOFF = 0.9  # the limit, as a share of what the service accepted
     GROWTH = 0.006  # each request that waits for its turn: this much more
+    REGAIN = 0.05  # and this much more below REGAIN_AT of the limit a kept cut was cut from
+    REGAIN_AT = 0.8
     FLOOR = 1.0
     UNLIMITED = 10_000.0  # a limit grown past this is dropped
 
@@ -93,6 +99,7 @@ class Rate:
         self._next = 0.0  # when the next request may start (monotonic)
         self._cut = -math.inf  # when the limit was last cut: answers to requests sent before are not counted
         self._spaced = -math.inf  # when the limit was last lowered: turns given before are reserved again
+        self._regain = 0.0  # below this limit, it grows by REGAIN
         self._judging: tuple[float | None, float] | None = None  # the limit before the last cut, the share that cut it
         self._counted: _Count | None = None  # what the last cut counted, while requests it counted half are answered
         self._answers: deque[tuple[float, bool]] = deque()  # (when, throttled) over the window
@@ -186,6 +193,7 @@ class Rate:
         self._judging = None
         if share < self.background + self.ENGAGE_SHARE / 4:
             self.background = min(self.background, (self.background + share) / 2)
+            self._regain = (before or 0.0) * self.REGAIN_AT  # the quota is above the cut, and under what it cut
             return None  # a quota: the throttling came down with the rate
         rose = share >= share_before + self.ENGAGE_SHARE / 2 or share > self.MAX_BACKGROUND
         if rose and share >= self.background + self.ENGAGE_SHARE:
@@ -213,6 +221,7 @@ class Rate:
             span = max(now - self._since, answers / self.limit)
         count = _Count(self.limit, span, self.background, answers - self._throttled, self._throttled, outstanding)
         self._counted = count if outstanding else None
+        self._regain = 0.0
         self.limit = count.limit(self.FLOOR, self.BACKOFF)
         self._restart(now, now + 1.0 / self.limit)  # the cut is judged on answers to requests sent at the new rate
         return self.limit
@@ -248,13 +257,13 @@ class Rate:
         self._judging = (self._judging[0], count.throttled / (count.accepted + count.throttled + count.unanswered))
 
     def _grown_limit(self, now: float) -> float | None:
-        """The limit raised by GROWTH if this request has to wait for its turn (the caller holds the lock). A limit
-        that holds no request back says nothing of the quota: grown past it unseen, it would be found far over it when
-        requests come faster (a sender held near the quota by its own pace, the backlog's drain, would grow it while
-        it takes turns, and throttle more than the share that cuts it). Nor does it grow while a cut is judged: the
-        judging answers are to requests sent at the cut's rate."""
+        """The limit raised by GROWTH (REGAIN below a kept cut's REGAIN_AT) if this request has to wait for its turn
+        (the caller holds the lock). A limit that holds no request back says nothing of the quota: grown past it
+        unseen, it would be found far over it when requests come faster (a sender held near the quota by its own pace,
+        the backlog's drain, would grow it while it takes turns, and throttle more than the share that cuts it). Nor
+        does it grow while a cut is judged: the judging answers are to requests sent at the cut's rate."""
         if self.limit is not None and self._next > now and self._judging is None:
-            self.limit *= 1.0 + self.GROWTH
+            self.limit *= 1.0 + (self.REGAIN if self.limit < self._regain else self.GROWTH)
             if self.limit > self.UNLIMITED:
                 self.limit = None
         return self.limit
