@@ -114,7 +114,7 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
     for message, result in zip(messages, _read_all(messages, runtime, deadline), strict=True):
         if isinstance(result, IntegrityError):
             bad.append((message, f"integrity: {result}"))
-        elif isinstance(result, (MessageFormatError, RecordError)):
+        elif isinstance(result, MessageFormatError | RecordError):
             bad.append((message, f"unreadable: {result}"))
         elif isinstance(result, CleanupError):
             log.error(
