@@ -140,21 +140,19 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
 
 
 _Found = tuple[StreamRecord | UnreadableRecord, StoredRecord | None]
+_Read = tuple[_Found | None, dict[str, float]]  # the record and its stored object (None: done), the sender's rates
 
 
-def _read_all(
-    messages: Sequence[Message], runtime: Runtime, deadline: Deadline
-) -> list[tuple[_Found | None, dict[str, float]] | Exception]:
+def _read_all(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> list[_Read | Exception]:
     """Each message read (``_read``: its record and the rates its sender learnt), or what it raised, in order.
 
     Concurrently on the runtime's pool, free until the batch is cleaned: each message costs a KMS call (its tag), and an
     S3 read for a stored record; one after the other, they held back a batch's first grant by a call's time for each
     message before it (a second for ten, on moto)."""
 
-    def one(message: Message) -> tuple[_Found | None, dict[str, float]] | Exception:
-        paces: dict[str, float] = {}
+    def one(message: Message) -> _Read | Exception:
         try:
-            return _read(message, runtime, deadline, paces), paces
+            return _read(message, runtime, deadline)
         except Exception as exc:  # sorted by the caller: refused, kept, or failed alone
             return exc
 
@@ -180,9 +178,9 @@ def _forget(runtime: Runtime, stored: StoredRecord, outcome: Outcome) -> bool:
     return True
 
 
-def _read(message: Message, runtime: Runtime, deadline: Deadline, paces: dict[str, float]) -> _Found | None:
-    """The message's record, cut to its actions left, and its stored object if any; None: a duplicate, done. The
-    rates its sender learnt go into ``paces`` (the lowest per service), once its tag is verified.
+def _read(message: Message, runtime: Runtime, deadline: Deadline) -> _Read:
+    """The message's record, cut to its actions left, and its stored object if any (None: a duplicate, done); and the
+    rates its sender learnt (``pace``), read once its tag is verified.
 
     Raises:
         IntegrityError / MessageFormatError / RecordError: refused (the message is moved, whole, for an operator).
@@ -191,8 +189,7 @@ def _read(message: Message, runtime: Runtime, deadline: Deadline, paces: dict[st
     body = load_message(message.body)
     verify(body, runtime, deadline)  # before anything it names is read, let alone freed
     remaining = remaining_actions(body, [kind.name for kind in runtime.kind_classes])
-    for service, pace in pace_hint(body).items():
-        paces[service] = min(pace, paces.get(service, pace))
+    paces = pace_hint(body)
     stored = None
     location = body.get("recordObject")
     if isinstance(location, dict):  # the claim-check: only DEAD_LETTER_BUCKET / PREFIX, checked by read_stored
@@ -207,13 +204,14 @@ def _read(message: Message, runtime: Runtime, deadline: Deadline, paces: dict[st
         whole = read_stored(runtime, stored)
         if whole is None:
             if settled(runtime, stored) is Settled.REDRIVEN:
-                return None  # an earlier message of the same record cleaned it and deleted the object
+                return None, paces  # an earlier message of the same record cleaned it and deleted the object
             raise CleanupError(f"the backlog message's stored record {stored} is missing")
         body = {**whole, "remaining": remaining}
     raw = body.get("record")
     if not isinstance(raw, dict):
         raise CleanupError("the backlog message holds no record")
-    return read_record(only_remaining(raw, remaining, runtime.settings.attributes, runtime.kind_classes)), stored
+    record = read_record(only_remaining(raw, remaining, runtime.settings.attributes, runtime.kind_classes))
+    return (record, stored), paces
 
 
 def quarantine(bad: Sequence[tuple[Message, str]], runtime: Runtime, deadline: Deadline) -> list[Message]:
