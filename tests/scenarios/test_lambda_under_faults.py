@@ -13,7 +13,11 @@ SOCKETS = 50
 FAULT_RATE = 0.2
 
 
-@pytest.mark.timeout(120)
+# A hang guard, not a speed target. A run takes 43-126 s here, alone or two at once. Two of the five fault kinds
+# throttle 8% of KMS's answers at random, and how far that cuts the paced ListGrants rate varies from run to run
+# (2.8-26 a second in one trace; ``cleanup.aws.rate``: scattered throttling can ratchet a limit down). Most runs,
+# not all, met the 120 s this guard was before.
+@pytest.mark.timeout(300)
 def test_every_session_is_cleaned_under_faults_and_nothing_else_is_touched(world: World) -> None:
     live = world.make_sessions(new_ids(20, "live"), sockets=2)
     ended = world.make_sessions(new_ids(SESSIONS, "end"), sockets=SOCKETS)
