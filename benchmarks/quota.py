@@ -36,6 +36,7 @@ from worker.local.gateway import LocalGateway
 OPERATION = "kms:RetireGrant"
 TARGET_THROTTLED = 0.25  # throttled answers per admitted call, at most
 TARGET_SHARE = 0.95  # of the quota, at least
+TARGET_SESSIONS = 200  # the targets are stated for cases of this many sessions
 DRAIN_TIMEOUT = 30.0
 """The drain's timeout in the mass expiry, seconds. The template's drain has 120 s for up to 100 messages, which at
 half of a 50/s quota take 4 s: its batch never runs into its deadline. At the stream's scaled 8 s, a batch of 10 at
@@ -140,9 +141,13 @@ def table(results: list[Paced]) -> list[str]:
             f"| {paced.case} | {paced.sessions} | {paced.quota:g} | {paced.admitted} | {paced.throttled} | "
             f"{paced.throttled_per_admitted:.2f} | {paced.share:.0%} | {'yes' if paced.clean else 'NO'} |"
         )
+    verdict = "met" if all(paced.meets for paced in results) else "NOT met"
+    if any(paced.sessions < TARGET_SESSIONS for paced in results):
+        # A few seconds' run is mostly its first burst and its end: the ratios are not those the targets speak of.
+        verdict += f" (the targets are stated for {TARGET_SESSIONS} sessions a case: at these sizes, for information)"
     lines.append(
         f"\ntargets: throttled / admitted <= {TARGET_THROTTLED:.2f}, >= {TARGET_SHARE:.0%} of the quota, clean: "
-        + ("met" if all(paced.meets for paced in results) else "NOT met")
+        + verdict
     )
     return lines
 

@@ -60,3 +60,15 @@ def test_an_unknown_name_is_refused_in_one_line_naming_the_known_ones() -> None:
     assert refused.stdout == ""
     assert len(refused.stderr.strip().splitlines()) == 1
     assert "no-such-benchmark" in refused.stderr and "capacity" in refused.stderr
+
+
+def test_the_quota_table_says_when_its_sizes_are_below_those_the_targets_are_stated_for() -> None:
+    from benchmarks.quota import TARGET_SESSIONS, Paced, table
+
+    small = table([Paced("one batch", 40, 5.0, 40, 8, 4.95, True), Paced("mass expiry", 30, 3.0, 30, 8, 2.5, True)])
+    full = table([Paced("one batch", TARGET_SESSIONS, 5.0, 200, 20, 4.9, True)])
+
+    assert small[-1].endswith(
+        f"NOT met (the targets are stated for {TARGET_SESSIONS} sessions a case: at these sizes, for information)"
+    )
+    assert full[-1].endswith("clean: met")
