@@ -11,14 +11,16 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from cleanup.actions.api import ActionKind
-from cleanup.actions.loading import instances, load_kinds
+from cleanup.actions.api import ActionKind, ClientSender, ReadOnlyClients
+from cleanup.actions.loading import BUILT_IN, instances, load_kinds
+from cleanup.aws import permits
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import ConfigurationError
 from cleanup.operations.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
+from schemas.session import SessionShape
 from schemas.settings import ActionSettings, CleanupMode, Settings, Versioning, configuration_problems
 
 T = TypeVar("T")
@@ -44,6 +46,14 @@ class AskedOnce(Generic[T]):
                 if known is None:
                     known = self._known[key] = ask()
         return known
+
+
+def shape_of(kinds: Sequence[type[ActionKind]], settings: Settings) -> SessionShape:
+    """What ``kinds`` read of an item: the attributes that name their resources (through ``ATTR_*``) and their own."""
+    names = settings.attributes
+    extra = tuple(dict.fromkeys(attribute for kind in kinds for attribute in kind.attributes))
+    named = (getattr(names, field) for kind in kinds for field in kind.naming())
+    return SessionShape(resources=tuple(dict.fromkeys([*named, *extra])), extra=extra)
 
 
 class Runtime:
@@ -99,7 +109,12 @@ class Runtime:
         self._kinds: tuple[Settings, tuple[ActionKind, ...]] | None = None
         instances(self.kind_classes, settings)  # their attributes, as ATTR_* spells them, checked now
         self.settings = settings
+        self.shape = shape_of(self.kind_classes, settings)
+        permits.declare(operation for kind in self.kind_classes for operation in kind.frees)
         self.clients = clients or Clients(settings)
+        self.sender = ClientSender(self.clients)
+        if any(BUILT_IN.get(kind.name) is not kind for kind in self.kind_classes):
+            permits.check_default_session(self.clients.pacer.check)  # a plugin's own boto3 clients are checked too
         self.metrics = metrics or Metrics(settings, MetricsSink(settings.metrics_destination))
         self._lock = threading.Lock()
         self._versioned: AskedOnce[bool] = AskedOnce()
@@ -107,6 +122,7 @@ class Runtime:
         self._table_keys: AskedOnce[tuple[str, ...]] = AskedOnce()
         self._executor: ThreadPoolExecutor | None = None
         self._side: ThreadPoolExecutor | None = None
+        self._plugins: ThreadPoolExecutor | None = None
         self._for_tables: dict[str, Runtime] = {}
         self.switch = KillSwitch(settings, self.metrics)
 
@@ -167,6 +183,20 @@ class Runtime:
                 self._side = ThreadPoolExecutor(2 * self.settings.max_concurrency, thread_name_prefix="cleanup-side")
             return self._side
 
+    @property
+    def plugin_executor(self) -> ThreadPoolExecutor:
+        """The pool the steps of kinds that are not built in run on, so that a step still running at its bound is
+        reported instead of waited for (``cleanup.core.plan``); never waited for on ``close``."""
+        with self._lock:
+            if self._plugins is None:
+                self._plugins = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="cleanup-kind")
+            return self._plugins
+
+    @property
+    def plugin_host(self) -> PluginHost:
+        """This runtime as a kind that is not built in may use it: read-only clients."""
+        return PluginHost(self)
+
     def is_versioned(self, bucket: str, deadline: Deadline | None = None) -> bool:
         """Whether ``bucket`` can hold versions; asked once per process unless SCRATCH_VERSIONING says."""
         mode = self.settings.scratch_versioning
@@ -224,10 +254,36 @@ class Runtime:
             records.shutdown(wait=True)
         with self._lock:  # nothing submits to it now: the records that did are done
             side, self._side = self._side, None
+            plugins, self._plugins = self._plugins, None
         if side is not None:
             side.shutdown(wait=True)
+        if plugins is not None:  # a kind's step still running past its bound was reported: it is not waited for
+            plugins.shutdown(wait=False, cancel_futures=True)
         for runtime in derived:
             runtime.close()
+
+
+class PluginHost:
+    """What a kind that is not built in gets of the runtime (``cleanup.actions.api.Host``): the same settings, pools
+    and table facts, and clients that only read; it frees through its gates (``Gate.aws``)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.clients = ReadOnlyClients(runtime.clients)
+
+    @property
+    def settings(self) -> Settings:
+        return self._runtime.settings
+
+    @property
+    def side_executor(self) -> ThreadPoolExecutor:
+        return self._runtime.side_executor
+
+    def is_versioned(self, bucket: str, deadline: Deadline | None = None) -> bool:
+        return self._runtime.is_versioned(bucket, deadline)
+
+    def table_keys(self, table: str, deadline: Deadline | None = None) -> tuple[str, ...]:
+        return self._runtime.table_keys(table, deadline)
 
 
 class WarmRuntime:

@@ -14,6 +14,22 @@ class SessionItemError(ValueError):
     """The image holds session attributes of the wrong type."""
 
 
+class SessionShape(BaseModel):
+    """What the enabled action kinds read of an item: ``resources``, the attributes that make an item a session (an
+    item holding none is not one); ``extra``, the kinds' own attributes (not ``ATTR_*`` names), read by the fence and
+    kept in messages."""
+
+    model_config = ConfigDict(frozen=True)
+
+    resources: tuple[str, ...]
+    extra: tuple[str, ...] = ()
+
+    @classmethod
+    def built_in(cls, names: AttributeNames) -> SessionShape:
+        """The built-in kinds' (a socket, a grant, a scratch prefix)."""
+        return cls(resources=names.resources)
+
+
 class Session(BaseModel):
     """A session's resources: what must be freed when its item is deleted."""
 
@@ -28,15 +44,18 @@ class Session(BaseModel):
     ttl: int | None = None
     kms_key_id: str | None = None
     callback_url: str | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+    """The attributes of ``own`` (an action kind's own, not ``ATTR_*``) the image holds, as decoded."""
 
     @classmethod
-    def from_image(cls, image: dict[str, Any], names: AttributeNames) -> Session:
-        """Build from a decoded image.
+    def from_image(cls, image: dict[str, Any], names: AttributeNames, own: tuple[str, ...] = ()) -> Session:
+        """Build from a decoded image, keeping the attributes of ``own`` too (``value``).
 
         Raises:
             SessionItemError: a session attribute has the wrong type (the message names it).
         """
         return cls(
+            extra=tuple((name, image[name]) for name in own if name in image),
             pk=_key(image, names.pk),
             sk=_key(image, names.sk),
             connection_id=_text(image, names.connection_id),
@@ -47,6 +66,10 @@ class Session(BaseModel):
             kms_key_id=_text(image, names.kms_key_id),
             callback_url=_text(image, names.callback_url),
         )
+
+    def value(self, name: str) -> Any:
+        """The decoded value of an attribute of ``own`` (None when the image does not hold it)."""
+        return dict(self.extra).get(name)
 
 
 def _text(image: dict[str, Any], name: str) -> str | None:

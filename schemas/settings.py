@@ -212,6 +212,9 @@ class Settings(BaseSettings):
     """CLEANUP_MODE: ``enforce`` or ``dry-run``."""
     race_check: bool = True
     """RACE_CHECK: read the live item before acting and leave alone what it still holds."""
+    fence_read_max_age_seconds: float = Field(default=0.25, gt=0, le=5, allow_inf_nan=False)
+    """FENCE_READ_MAX_AGE_SECONDS: the oldest a fence's read of the live item may be when the freeing call it allowed
+    is sent (counted from the read's answer, checked at the send, after every wait); an older one is read again."""
     dead_letter_queue_url: str | None = None
     """DEAD_LETTER_QUEUE_URL: SQS queue for records that failed permanently (full record and error)."""
     backlog_queue_url: str | None = None
@@ -334,6 +337,10 @@ class Settings(BaseSettings):
     is never freed by reconcile (a session being set up, a record still on its way through the stream). At least
     RECONCILE_GRACE_FLOOR_SECONDS: it is what keeps the grant of a session being created, whose item is not written
     yet."""
+    reconcile_max_gone_share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
+    """RECONCILE_MAX_GONE_SHARE: a reconcile pass in which more than this share of the resources named by a session
+    (and more than ten) read as gone frees nothing and says why: a stream path that works leaves few, so many is a
+    table read wrongly or an outage. 1: no such stop."""
     reconcile_scratch: bool = False
     """RECONCILE_SCRATCH: reconcile also lists and frees scratch prefixes. Off by default: read at the wrong depth
     (SCRATCH_TENANT_SCOPED not the real layout), a tenant's folder would be taken for a session's; the bucket's

@@ -35,7 +35,7 @@ class PartitionRows(ActionKind):
         if session.pk is None or not table or not prefix:
             return []
         gate = self.gate(context, session.pk)
-        dynamodb, names = context.runtime.clients.dynamodb, context.runtime.settings.attributes
+        dynamodb, names = context.runtime.clients.dynamodb, context.runtime.settings.attributes  # reads only
         pk, own = session.pk, session.sk
 
         def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
@@ -56,7 +56,7 @@ class PartitionRows(ActionKind):
             deleted = 0
             try:
                 for start in range(0, len(keys), BATCH):
-                    self.delete(gate, dynamodb, table, keys[start : start + BATCH], deadline)
+                    self.delete(gate, table, keys[start : start + BATCH], deadline)
                     deleted += len(keys[start : start + BATCH])
             except NowHeldError as held:
                 raise NowHeldError(str(held), deleted) from held
@@ -64,12 +64,10 @@ class PartitionRows(ActionKind):
 
         return [self.step(pk, {"table": table, "prefix": prefix}, run=run)]
 
-    def delete(self, gate: Gate, dynamodb: Any, table: str, keys: list[Any], deadline: Deadline) -> None:
+    def delete(self, gate: Gate, table: str, keys: list[Any], deadline: Deadline) -> None:
         pending = [{"DeleteRequest": {"Key": key}} for key in keys]
         for _ in range(TRIES):
-            answer = gate.call(
-                deadline, call, dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending}
-            )
+            answer = gate.aws(deadline, "dynamodb", "BatchWriteItem", RequestItems={table: pending})
             if "UnprocessedItems" not in answer:
                 raise TransientError("BatchWriteItem: an answer without UnprocessedItems: cannot tell")
             pending = answer["UnprocessedItems"].get(table, [])
@@ -87,6 +85,6 @@ class Swallowing(PartitionRows):
 
     name = "swallowing"
 
-    def delete(self, gate: Gate, dynamodb: Any, table: str, keys: list[Any], deadline: Deadline) -> None:
+    def delete(self, gate: Gate, table: str, keys: list[Any], deadline: Deadline) -> None:
         with contextlib.suppress(Exception):  # the point: a kind that swallows the permit's refusal too
-            super().delete(gate, dynamodb, table, keys, deadline)
+            super().delete(gate, table, keys, deadline)

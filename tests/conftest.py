@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from cleanup.aws import permits
 from cleanup.telemetry import LOGGER_NAME
+from schemas.settings import Settings
 from tests.stack import SessionStack
 from worker.local.backend import LocalAws
 from worker.local.gateway import LocalGateway
@@ -27,13 +29,29 @@ def worker_logger() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def aws() -> Iterator[LocalAws]:
-    """A moto server on 127.0.0.1; boto3 in this process is pointed at it for the whole run."""
+    """A moto server on 127.0.0.1; boto3 in this process is pointed at it for the whole run. A client made from boto3's
+    default session (as a kind that is not built in could make one) is held to the send-time check as the worker's
+    own are; the tests' own clients come from a session of their own (``tests.stack.client``)."""
     saved = dict(os.environ)
     with LocalAws() as server:
         server.use()
+        permits.check_default_session(permits.SendCheck(Settings.model_construct().fence_read_max_age_seconds))
         yield server
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def freeing_calls_carry_permits(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The one rule, watched over the whole suite: a freeing call made without a permit that covers it (a call site
+    outside its gate) fails the test that made it, whatever the test was about. The send-time check refused it, and
+    nothing was sent; a test that makes one on purpose says so (``@pytest.mark.freeing_refused``)."""
+    refused: list[permits.Violation] = []
+    with permits.observed(refused.append):
+        yield
+    bugs = [violation for violation in refused if violation.bug]
+    if bugs and request.node.get_closest_marker("freeing_refused") is None:
+        pytest.fail(f"a freeing call without a permit: {bugs[0].what} {bugs[0].targets[:3]}: {bugs[0].why}")
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 call may fail or be answered with garbage; every call is logged, so that the fence's invariant can be checked.
 
 The worker's runtime is given ``ScriptedClients``: every client it makes (DynamoDB, S3, KMS, the management API) has
-three hooks, after the worker's own pacing, so botocore's own retry path still runs:
+three hooks, after the worker's own pacing and the permit asked where a freeing call leaves, so botocore's own retry
+path still runs:
 
 * ``before-parameter-build``: the call's own parameters, and its number in the script; when the script says so, the
   session's item is written again under its key (re-created) before this call goes out;
@@ -34,6 +35,7 @@ from tests.faults import RawBody
 EMPTY_SUCCESS = {"DeleteConnection", "RetireGrant", "DeleteObject"}
 DESTRUCTIVE = {"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"}
 FAULTS = ("500", "throttle", "garbled")
+SCRIPTED = "scripted_call"
 GARBLED = {  # 200 answers botocore parses without complaint, and which say nothing about the item
     "dynamodb": (b"{}", "application/x-amz-json-1.0"),
     "s3": (b"", "application/xml"),
@@ -74,7 +76,6 @@ class ScriptedClients(Clients):
         self._put = put
         self._lock = threading.RLock()
         self._calls = 0
-        self._current: dict[int, tuple[int, str, dict[str, Any]]] = {}
 
     def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
         client = super()._create(service, endpoint_url, region)
@@ -83,16 +84,18 @@ class ScriptedClients(Clients):
         client.meta.events.register("after-call", self._answered)
         return client
 
-    def _begin(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+    def _begin(self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         with self._lock:
             number, self._calls = self._calls, self._calls + 1
-            self._current[threading.get_ident()] = (number, model.name, dict(params))
+            # In the request's own context: a freeing call's permit reads the live item (a call of its own, on the
+            # same thread) from inside its send.
+            context[SCRIPTED] = (number, model.name, dict(params))
             if number == self.script.recreate_at and self.script.recreated is not None:
                 self.live = self.script.recreated
                 self._put(self.live)
 
     def _send(self, request: Any, event_name: str, **_: Any) -> AWSResponse | None:
-        number, operation, params = self._current[threading.get_ident()]
+        number, operation, params = request.context[SCRIPTED]
         fault = self.script.faults.pop(number, None)  # once: botocore's next attempt of the call goes through
         if fault == "garbled" and operation in EMPTY_SUCCESS:
             fault = "500"  # their success is an empty body: a garbled one cannot be told from it, nor is it one

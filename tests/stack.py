@@ -13,7 +13,9 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from cleanup.actions.api import Gate
 from cleanup.aws.clients import Clients
+from cleanup.aws.permits import Permit
 from cleanup.runtime import Runtime
 from cleanup.streams.reader import raw_get_records
 from cleanup.telemetry import Metrics, MetricsSink
@@ -24,8 +26,16 @@ REGION = "us-east-1"
 
 
 def client(service: str, **config: Any) -> Any:
-    """A new boto3 client of the test server (a test may hook it without touching any other)."""
-    return boto3.client(service, region_name=REGION, config=Config(**config) if config else None)
+    """A new boto3 client of the test server (a test may hook it without touching any other), from the tests' own
+    session: what a test sets up or tears down is no worker's call, and boto3's default session is held to the
+    send-time check (``tests.conftest``)."""
+    return harness_session().client(service, region_name=REGION, config=Config(**config) if config else None)
+
+
+@cache
+def harness_session() -> boto3.session.Session:
+    """The tests' own boto3 session (not boto3's default one, which the suite holds to the send-time check)."""
+    return boto3.session.Session()
 
 
 @cache
@@ -116,9 +126,11 @@ class SessionStack:
         grant: bool = True,
         ttl: int | None = None,
         extra: dict[str, Any] | None = None,
+        prefix: str | None = None,
     ) -> dict[str, Any]:
-        """Create a session's resources and its item; returns the item as plain values."""
-        prefix = f"sessions/{tenant}/{session_id}/"
+        """Create a session's resources and its item; returns the item as plain values. ``prefix``: its scratch
+        prefix (default: the tenant's folder of the session, ``sessions/<tenant>/<id>/``)."""
+        prefix = prefix or f"sessions/{tenant}/{session_id}/"
         for n in range(objects):
             self.s3.put_object(Bucket=self.bucket, Key=f"{prefix}part-{n:05d}", Body=b"scratch")
         item: dict[str, Any] = {
@@ -209,6 +221,15 @@ def to_av(item: dict[str, Any]) -> dict[str, Any]:
     return {name: serializer.serialize(value) for name, value in item.items()}
 
 
-def unfenced(deadline: object) -> None:
-    """A permit that lets every call go: for the tests of one action alone, where no session item is read (the
-    fence itself is tested through the pipeline)."""
+def open_gate() -> Gate:
+    """A gate whose permit lets every call go (it covers every target): for the tests of one action alone, where no
+    session item is read (the fence itself is tested through the pipeline)."""
+    return Gate(lambda deadline, reading: Permit("test", prefixes=("",)), "test")
+
+
+unfenced = open_gate()
+
+
+def page_gate(bucket: str, prefix: str) -> Gate:
+    """A gate whose permit covers the keys under one prefix, as a scratch step's does (no session item is read)."""
+    return Gate(lambda deadline, reading: Permit("scratch", prefixes=(f"s3:{bucket}/{prefix}",)), "scratch")

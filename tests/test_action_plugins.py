@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 from cleanup.actions import loading
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
+from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import ConfigurationError, NowHeldError
 from cleanup.operations.redrive import redrive
@@ -114,11 +115,11 @@ def test_a_kind_that_swallows_the_permits_refusal_still_frees_nothing(
 def test_a_gate_makes_no_call_its_permit_refuses() -> None:
     sent: list[str] = []
 
-    def refuse(deadline: object) -> None:
+    def refuse(deadline: object, reading: object) -> Any:
         raise NowHeldError("held")
 
     with pytest.raises(NowHeldError):
-        Gate(refuse).call(None, sent.append, "delete")  # type: ignore[arg-type]
+        Gate(refuse, "rows").call(Deadline(), sent.append, "delete")
     assert sent == []
 
 

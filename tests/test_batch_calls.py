@@ -24,7 +24,7 @@ from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import RawBody
 from tests.scenarios.helpers import ProxiedClients, World, assert_final_state, new_ids, sequence_number, world
-from tests.stack import SessionStack
+from tests.stack import SessionStack, page_gate
 from worker.local.backend import create_session_table
 
 __all__ = ["world"]
@@ -74,9 +74,9 @@ def test_in_a_batch_of_two_tables_records_only_session_tables_are_cleaned(world:
     ids = ["s1", "s2", "s3"]
     for table in (stack.table, other):
         for sid in ids:
-            prefix = f"sessions/{table[-8:]}/{sid}/"  # ends in the session id (SESSION_BINDING)
+            prefix = f"sessions/{table[-8:]}/{sid}/"  # the tenant's folder of the session (SESSION_BINDING)
             stack.s3.put_object(Bucket=stack.bucket, Key=f"{prefix}part", Body=b"scratch")
-            item = {"pk": {"S": f"session#{sid}"}, "sk": {"S": "meta"}, "tenantId": {"S": "t1"}}
+            item = {"pk": {"S": f"session#{sid}"}, "sk": {"S": "meta"}, "tenantId": {"S": table[-8:]}}
             stack.ddb.put_item(TableName=table, Item={**item, "scratchPrefix": {"S": prefix}})
             stack.ddb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
     first = stack.lambda_event()["Records"]
@@ -193,7 +193,13 @@ def test_each_per_key_error_of_a_shared_delete_fails_the_session_of_that_key_onl
     runtime = stack.runtime()
     deadline = Deadline.after(30)
     parts: list[Part[scratch.Page, int]] = [
-        Part(scratch.Page(ScratchLocation(stack.bucket, prefix), versions(stack, prefix)), 2, deadline)
+        Part(
+            scratch.Page(
+                ScratchLocation(stack.bucket, prefix), versions(stack, prefix), gate=page_gate(stack.bucket, prefix)
+            ),
+            2,
+            deadline,
+        )
         for prefix in prefixes
     ]
 
@@ -210,12 +216,13 @@ def test_a_key_outside_its_own_prefix_is_not_sent_and_fails_its_session_only(sta
     for key in ("sessions/t1/a/1", "sessions/t1/b/1", "sessions/t1/c/1"):
         stack.s3.put_object(Bucket=stack.bucket, Key=key, Body=b"scratch")
     deadline = Deadline.after(30)
+    where_a, where_b = ScratchLocation(stack.bucket, "sessions/t1/a/"), ScratchLocation(stack.bucket, "sessions/t1/b/")
     good = Part(
-        scratch.Page(ScratchLocation(stack.bucket, "sessions/t1/a/"), [{"Key": "sessions/t1/a/1"}]), 1, deadline
+        scratch.Page(where_a, [{"Key": "sessions/t1/a/1"}], gate=page_gate(stack.bucket, where_a.prefix)), 1, deadline
     )
     # A page claiming another session's key (a bug, or a listing that lies): checked again right before the call.
     stray = Part(
-        scratch.Page(ScratchLocation(stack.bucket, "sessions/t1/b/"), [{"Key": "sessions/t1/c/1"}]), 1, deadline
+        scratch.Page(where_b, [{"Key": "sessions/t1/c/1"}], gate=page_gate(stack.bucket, where_b.prefix)), 1, deadline
     )
 
     scratch.delete_pages(stack.runtime().clients.s3, [good, stray], deadline)

@@ -129,7 +129,7 @@ def test_a_record_too_large_for_a_message_goes_through_s3_and_redrive_cleans_it(
 ) -> None:
     stack = worker_env
     queue = new_queue(stack)
-    item = stack.put_session("huge", extra={"tenantId": EMOJI * HUGE})
+    item = stack.put_session("huge", tenant=EMOJI * HUGE, prefix="sessions/huge/")
     stack.delete("huge")
     event = stack.lambda_event()
     [record] = removes(event)
@@ -208,7 +208,7 @@ def test_a_dry_run_redrive_keeps_the_stored_record_and_its_message(
 
 def stored_message(stack: SessionStack, queue: str, session: str) -> tuple[dict[str, Any], str]:
     """Dead-letter one record through S3 (a 4 KiB queue); returns its item and its object's key."""
-    item = stack.put_session(session, extra={"tenantId": "x" * 5_000})
+    item = stack.put_session(session, tenant="x" * 5_000, prefix=f"sessions/{session}/")
     stack.delete(session)
     runtime = stack.runtime(dead_letter_queue_url=queue, kms_key_id=None)
     assert invoke(runtime, stack.lambda_event()) == {"batchItemFailures": []}

@@ -14,14 +14,15 @@ FREES = {"delete_connection", "retire_grant", "revoke_grant", "delete_objects", 
 """boto3 methods that free a session's resource (a socket, a grant, scratch data, a room membership)."""
 
 SITES = {
-    # Each behind ``permit(deadline)`` in the same function, right before the call.
+    # Each inside ``permit.sending(deadline)`` (its gate), in the same function: the permit is asked where the call
+    # leaves (``cleanup.aws.permits``), and the send-time check refuses it without one.
     ("cleanup/actions/connection.py", "close_connection", "delete_connection"),
     ("cleanup/actions/grant.py", "retire_grant", "retire_grant"),
     ("cleanup/actions/registry.py", "_delete", "batch_write_item"),
-    # A page's keys: ``delete_prefix`` calls ``permit`` after listing the page and before ``_delete`` sends it,
-    # alone or through the batch's coalescer (``delete_pages``).
+    # A page's keys: alone (``_delete``), or through the batch's coalescer, whose DeleteObjects asks every page's gate
+    # at once where it leaves (``delete_objects._send``).
     ("cleanup/actions/scratch.py", "_delete", "delete_object"),
-    ("cleanup/actions/delete_objects.py", "delete_pages", "delete_objects"),
+    ("cleanup/actions/delete_objects.py", "_send", "delete_objects"),
     # Not a session's resource: a dead-letter record stored in S3, deleted once redriven.
     ("cleanup/operations/claim_check.py", "delete_stored", "delete_object"),
 }

@@ -88,7 +88,8 @@ def test_a_retried_step_reads_the_live_item_again(stack: SessionStack, gateway: 
 def reconnect_during(
     stack: SessionStack, operation: str, old: dict[str, Any], runtime: Runtime, event: dict[str, Any] | None = None
 ) -> Outcome:
-    """Clean the REMOVE of ``old`` while the user comes back (same key and resources) as ``operation`` goes out."""
+    """Clean the REMOVE of ``old`` while the user comes back (same key and resources) right after the first
+    ``operation`` is answered: the next freeing call's permit, asked where it leaves, reads the session back."""
     event = event or stack.lambda_event()
     service = "kms" if operation == "RetireGrant" else "s3"
     client = runtime.clients.kms if service == "kms" else runtime.clients.s3
@@ -100,7 +101,7 @@ def reconnect_during(
             stack.put_item(old)
             stack.s3.put_object(Bucket=stack.bucket, Key=f"{old['scratchPrefix']}new-session-data", Body=b"live")
 
-    client.meta.events.register(f"before-call.{service}.{operation}", reconnect)
+    client.meta.events.register(f"after-call.{service}.{operation}", reconnect)
     outcomes = run_batch(read_lambda_event(event), runtime)
     return next(o for o in outcomes if o.event_name == "REMOVE")
 
@@ -280,8 +281,10 @@ def test_botocore_does_not_send_a_freeing_call_again_on_the_read_that_allowed_th
     runtime = stack.runtime()
     sent: list[int] = []
 
-    def throttled_while_the_user_is_back(request: Any, **_: Any) -> AWSResponse | None:
-        sent.append(1)
+    def throttled_while_the_user_is_back(request: Any, event_name: str, **_: Any) -> AWSResponse | None:
+        if not event_name.endswith(f".{operation}"):
+            return None
+        sent.append(1)  # after the permit's read, where the call leaves: the last hook of all
         if len(sent) > 1:
             return None
         stack.put_item(old)
@@ -289,7 +292,7 @@ def test_botocore_does_not_send_a_freeing_call_again_on_the_read_that_allowed_th
         return AWSResponse(request.url, status, headers, RawBody(body))
 
     client = runtime.clients.kms if service == "kms" else runtime.clients.s3
-    client.meta.events.register(f"before-send.{service}.{operation}", throttled_while_the_user_is_back)
+    client.meta.events.register_last("before-send", throttled_while_the_user_is_back)
 
     outcome = clean(stack, runtime)
 

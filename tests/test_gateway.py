@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from tests.stack import harness_session
 from worker.local.gateway import LocalGateway
 
 UNKNOWN_ID = "AAAAAAAAAAAAAAA="
@@ -18,7 +18,8 @@ UNKNOWN_ID = "AAAAAAAAAAAAAAA="
 def management(gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    return boto3.client(
+    # The tests' own client (the gateway itself is under test here, not the worker).
+    return harness_session().client(
         "apigatewaymanagementapi",
         endpoint_url=gateway.callback_url,
         region_name="us-east-1",

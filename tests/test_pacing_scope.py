@@ -14,7 +14,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from botocore.awsrequest import AWSPreparedRequest
 
 from cleanup.aws.calls import call
 from cleanup.aws.pacing import SLOW_START, Gate
@@ -24,7 +23,7 @@ from cleanup.queues.integrity import seal
 from schemas.settings import Settings
 from tests.proxy import GARBLED, FaultPlan, FaultProxy
 from tests.scenarios.helpers import ProxiedClients
-from tests.stack import SessionStack
+from tests.stack import SessionStack, open_gate
 
 SLOTS = 2  # MAX_CONCURRENCY: a leak of this many slots stops every later call
 CALL_SECONDS = 3.0  # each call's deadline: a leaked gate shows as an OutOfTimeError, not a hang
@@ -102,23 +101,6 @@ def test_calls_still_run_after_a_hook_raises_between_take_and_give_back(
     assert all("Injected: injected by the test" in str(error) for error in errors), errors
 
 
-def test_calls_run_with_a_botocore_whose_requests_have_no_context(
-    stack: SessionStack, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clients = ProxiedClients(settings_for(stack), proxy.url)
-    prepare = AWSPreparedRequest.__init__
-
-    def without_context(self: AWSPreparedRequest, *args: Any, **kwargs: Any) -> None:
-        prepare(self, *args, **kwargs)
-        del self.context  # botocore before 1.43.68: AWSPreparedRequest has no context
-
-    monkeypatch.setattr(AWSPreparedRequest, "__init__", without_context)
-
-    answers = [describe(clients, stack) for _ in range(SLOTS + 2)]
-
-    assert [answer["Table"]["TableName"] for answer in answers] == [stack.table] * (SLOTS + 2)
-
-
 def test_without_a_deadline_a_wait_for_a_slot_ends_at_call_wait_seconds(stack: SessionStack, proxy: FaultProxy) -> None:
     clients = ProxiedClients(settings_for(stack, max_concurrency=1, call_wait_seconds=0.2), proxy.url)
     proxy.plan.latency["dynamodb:ListTables"] = 2.0  # the one slot is held this long by a listing
@@ -173,7 +155,8 @@ def test_a_message_is_tagged_at_once_while_retiregrant_waits_for_its_own_quota(
     deferred = None
     for _ in range(200):  # until the pacer has learnt RetireGrant's rate and gives no turn at once
         try:
-            call(clients.kms.retire_grant, "RetireGrant", Deadline.after(CALL_SECONDS), **retire)
+            with open_gate().sending(Deadline.after(CALL_SECONDS)):
+                call(clients.kms.retire_grant, "RetireGrant", Deadline.after(CALL_SECONDS), **retire)
         except OutOfTimeError as exc:
             deferred = exc
             break

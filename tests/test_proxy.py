@@ -6,13 +6,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from tests.proxy import Call, FaultPlan, FaultProxy
-from tests.stack import REGION, SessionStack
+from tests.stack import REGION, SessionStack, harness_session
 from worker.local.gateway import LocalGateway
 
 pytestmark = pytest.mark.timeout(60)
@@ -32,7 +31,7 @@ def proxy(aws: Any, plan: FaultPlan) -> Iterator[FaultProxy]:
 def proxied(service: str, url: str, read_timeout: float = 10.0, **config: Any) -> Any:
     """One attempt per call, so each answer is the proxy's own; a short read bound only where a delay is the point."""
     settings = Config(retries={"total_max_attempts": 1}, read_timeout=read_timeout, connect_timeout=2, **config)
-    return boto3.client(service, region_name=REGION, endpoint_url=url, config=settings)
+    return harness_session().client(service, region_name=REGION, endpoint_url=url, config=settings)
 
 
 def test_without_faults_every_call_is_forwarded_and_named(stack: SessionStack, proxy: FaultProxy, plan) -> None:

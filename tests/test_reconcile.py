@@ -42,6 +42,7 @@ def grant_dates(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 @pytest.fixture
 def env(worker_env: SessionStack, grant_dates: dict[str, float], monkeypatch: pytest.MonkeyPatch) -> SessionStack:
     monkeypatch.setenv("SCRATCH_TENANT_SCOPED", "true")  # the stack's layout: sessions/<tenant>/<session>/
+    monkeypatch.setenv("SESSION_SORT_KEY", "meta")  # the table has a sort key: reconcile must be told the session's
     return worker_env
 
 
@@ -190,12 +191,12 @@ def test_a_session_recreated_after_the_decision_keeps_its_grant(
     reads: list[str] = []
 
     def recreate(**_: Any) -> None:
-        reads.append("BatchGetItem")
+        reads.append("Query")
         if len(reads) == 1:  # the decision's read saw no session; it comes back before the fence's read
             env.put_item({"pk": "session#back-1", "sk": "meta", "tenantId": "t1", "ttl": int(time.time()) + HOUR})
 
     hooked = botocore.session.get_session()
-    hooked.register("after-call.dynamodb.BatchGetItem", recreate)
+    hooked.register("after-call.dynamodb.Query", recreate)
     monkeypatch.setattr(clients, "_session", hooked)
 
     code, summary = run(capsys)

@@ -29,6 +29,7 @@ def env(worker_env: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionSta
     """The worker's environment with a connection registry."""
     create_registry_table(worker_env.ddb, registry_table(worker_env))
     monkeypatch.setenv("REGISTRY_TABLE", registry_table(worker_env))
+    monkeypatch.setenv("SESSION_SORT_KEY", "meta")
     return worker_env
 
 
@@ -142,14 +143,14 @@ def test_a_session_recreated_after_the_decision_keeps_its_memberships(
     reads: list[str] = []
 
     def recreate(**_: Any) -> None:
-        reads.append("BatchGetItem")
+        reads.append("Query")
         if len(reads) == 1:  # the decision's read saw no session; it comes back, on the same connection, before
             # the fence's read
             item = {"pk": "session#back-1", "sk": "meta", "tenantId": "t1", "connectionId": connection_id}
             env.put_item({**item, "ttl": int(time.time()) + HOUR})
 
     hooked = botocore.session.get_session()
-    hooked.register("after-call.dynamodb.BatchGetItem", recreate)
+    hooked.register("after-call.dynamodb.Query", recreate)
     monkeypatch.setattr(clients, "_session", hooked)
 
     code, summary = run(capsys)

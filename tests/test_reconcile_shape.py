@@ -19,7 +19,12 @@ from worker import cli
 
 
 @pytest.fixture
-def env(worker_env: SessionStack, grant_dates: dict[str, float]) -> SessionStack:  # noqa: F811
+def env(
+    worker_env: SessionStack,
+    grant_dates: dict[str, float],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> SessionStack:
+    monkeypatch.setenv("SESSION_SORT_KEY", "meta")  # the table has a sort key: reconcile must be told the session's
     return worker_env
 
 

@@ -94,8 +94,10 @@ def test_scratch_holding_compares_locations(live_prefix: str, expected: Holding)
 
 
 def reconnect_during(stack: SessionStack, operation: str, objects: int, **settings: object):
-    """Session s1 is deleted; the worker cleans it, and while ``operation`` is on its way the user reconnects: s1 is
-    created again under the same key and prefix, with a new object. Returns the old item and the REMOVE's outcome."""
+    """Session s1 is deleted; the worker cleans it, and as soon as the first ``operation`` is answered the user
+    reconnects: s1 is created again under the same key and prefix, with a new object (a user back before a freeing
+    call leaves is seen by its permit's read, asked where it leaves). Returns the old item and the REMOVE's
+    outcome."""
     old = stack.put_session("s1", objects=objects)
     stack.delete("s1")
     event = stack.lambda_event()
@@ -110,7 +112,7 @@ def reconnect_during(stack: SessionStack, operation: str, objects: int, **settin
             stack.put_item({**old, "grantId": "new-grant"})
             stack.s3.put_object(Bucket=stack.bucket, Key=f"{old['scratchPrefix']}new-session-data", Body=b"live")
 
-    client.meta.events.register(f"before-call.{service}.{name}", reconnect_now)
+    client.meta.events.register(f"after-call.{service}.{name}", reconnect_now)
     outcomes = run_batch(read_lambda_event(event), runtime)
     return old, next(o for o in outcomes if o.event_name == "REMOVE")
 

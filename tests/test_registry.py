@@ -36,12 +36,19 @@ OTHERS = ("conn-b", "conn-c", "conn-d")
 
 @pytest.fixture
 def rooms(stack: SessionStack) -> str:
-    """A registry whose 30 rooms each have ``conn-dead`` and three other connections, spread over 4 shards."""
+    """A registry whose 30 rooms each have ``conn-dead`` (held by session ``dead``) and three other connections,
+    spread over 4 shards, written as ``join_room`` writes them (with their session's id)."""
     table = f"registry-{stack.table}"
     create_registry_table(stack.ddb, table)
     items = [
         # conn-dead shares its room partition with another member in every room.
-        membership(f"r{room}", connection_id, user_id=f"u-{connection_id}", shard=(room + n // 2) % SHARDS)
+        membership(
+            f"r{room}",
+            connection_id,
+            user_id=f"u-{connection_id}",
+            shard=(room + n // 2) % SHARDS,
+            session_id="dead" if connection_id == "conn-dead" else connection_id.removeprefix("conn-"),
+        )
         for room in range(ROOMS)
         for n, connection_id in enumerate(("conn-dead", *OTHERS))
     ]
@@ -120,8 +127,8 @@ def test_without_a_registry_table_memberships_are_left_to_their_ttl(stack: Sessi
 
 
 def test_a_reconnected_session_on_the_same_connection_keeps_its_memberships(stack: SessionStack, rooms: str) -> None:
-    item = stack.put_session("re", connection_id="conn-dead")
-    stack.delete("re")
+    item = stack.put_session("dead", connection_id="conn-dead")
+    stack.delete("dead")
     stack.put_item(item)  # recreated under the same key, on the same connection
 
     outcome = clean(stack, rooms)
@@ -285,8 +292,9 @@ def test_a_registry_failure_fails_the_record_and_counts_as_an_action_failure(sta
 def test_a_session_back_on_its_connection_between_two_batches_keeps_its_other_rooms(
     stack: SessionStack, rooms: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The fence reads the live item before every BatchWriteItem: the user back on the same connection after the
-    # first batch of 25 keeps the five rooms left, and the record is tried again against the item as it is then.
+    # The fence reads the live item where every BatchWriteItem leaves: the user back on the same connection once the
+    # first batch of 25 is answered keeps the five rooms left, and the record is tried again against the item as it
+    # is then.
     old = stack.put_session("dead", connection_id="conn-dead")
     stack.delete("dead")
     runtime = runtime_for(stack, rooms)
@@ -297,7 +305,7 @@ def test_a_session_back_on_its_connection_between_two_batches_keeps_its_other_ro
         if len(writes) == 1:
             stack.put_item(old)
 
-    runtime.clients.dynamodb.meta.events.register("before-call.dynamodb.BatchWriteItem", back_after_the_first_batch)
+    runtime.clients.dynamodb.meta.events.register("after-call.dynamodb.BatchWriteItem", back_after_the_first_batch)
 
     outcome = clean(stack, rooms, runtime=runtime)
 

@@ -279,9 +279,9 @@ def run_everything(world: World, *, versioned: bool) -> RecordingClients:
     ended = world.make_sessions(new_ids(6, "end"), sockets=2)
     registry = f"registry-{stack.table}"
     create_registry_table(stack.ddb, registry)
-    connections = [made.socket.connection_id for made in ended if made.socket is not None]
-    for connection_id in connections:
-        join_room(stack.ddb, registry, "lobby", connection_id, user_id="u1", shard=0)
+    connections = [(made.socket.connection_id, made.id) for made in ended if made.socket is not None]
+    for connection_id, sid in connections:
+        join_room(stack.ddb, registry, "lobby", connection_id, user_id="u1", shard=0, session_id=sid)
     stack.put_item({"pk": "session#bad", "sk": "meta", "tenantId": "t1", "scratchPrefix": "sessions/../x/"})
     big = {"pk": "session#big", "sk": "meta", "tenantId": "x" * 5000, "scratchPrefix": "sessions/../y/"}
     stack.put_item(big)

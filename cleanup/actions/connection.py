@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import callback_endpoint, execute_api_region
@@ -26,10 +26,10 @@ def close_connection(
     connection_id: str,
     deadline: Deadline | None = None,
     *,
-    permit: Permit | Gate,
+    permit: Gate,
 ) -> ActionStatus:
-    """Close ``connection_id``, once ``permit`` lets it (``cleanup.core.fence``). A connection that is already gone (410
-    GoneException) counts as closed.
+    """Close ``connection_id``, with the permit of ``permit`` (its gate) asked where the call leaves
+    (``cleanup.aws.permits``). A connection that is already gone (410 GoneException) counts as closed.
 
     Raises:
         NowHeldError: ``permit`` keeps the connection (a live session holds it).
@@ -37,10 +37,10 @@ def close_connection(
         PermanentError: forbidden, bad request, a host that does not resolve, and anything else.
     """
     deadline = deadline or Deadline()
-    delete = management.delete_connection
-    closed = gate_of(permit).call(
-        deadline, call_or_gone, delete, "DeleteConnection", deadline, GONE, ConnectionId=connection_id
-    )
+    with permit.sending(deadline):
+        closed = call_or_gone(
+            management.delete_connection, "DeleteConnection", deadline, GONE, ConnectionId=connection_id
+        )
     return ActionStatus.ALREADY_DONE if closed is None else ActionStatus.DONE
 
 
@@ -75,3 +75,9 @@ class Connection(ActionKind):
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         return Holding.HELD if live.connection_id == resource else Holding.FREE
+
+    def covering(self, resource: str, location: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        try:
+            return (f"connection:{connection_id_of(resource, self.settings)}",), ()
+        except PermanentError:
+            return (), ()  # refused at planning: no call is made

@@ -1,6 +1,10 @@
 """One DeleteObjects for the scratch pages of several sessions of one bucket (fed by a
 ``cleanup.aws.coalesce.Coalescer``): up to 1,000 keys a call, whoever they belong to.
 
+Each page carries its session's gate: the call's permit is asked where it leaves, after its waits, of every page's
+gate at once (one BatchGetItem for the sessions that need a fresh read: ``cleanup.core.fence.permits_together``); a
+page whose session keeps it fails alone (``NowHeldError``), and the rest are sent again without it.
+
 Right before the call, every key is checked again to lie under its own session's prefix. Each per-key ``Errors``
 entry fails the session whose key it names (and only that one); a call that fails as a whole fails the sessions whose
 keys it carried; an answer that does not name a key cannot say it went, and its session is failed transient. Keys
@@ -11,12 +15,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cleanup.actions.api import Gate
 from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Coalescer, Part
+from cleanup.aws.permits import Permit, authorized
 from cleanup.aws.retry import Deadline
+from cleanup.core.fence import PartsRefused, permits_together
 from cleanup.core.guard import ScratchLocation
 from cleanup.exceptions import PermanentError, TransientError, UnsafePrefixError
 
@@ -33,6 +40,8 @@ class Page:
     where: ScratchLocation
     entries: list[ObjectIdentifierTypeDef]
     last: bool = True
+    gate: Gate | None = None
+    """Its session's gate: the permit to delete it (None: a page nobody may delete, refused at the send)."""
 
 
 Deleter = Coalescer[Page, int]
@@ -57,7 +66,6 @@ def delete_pages(s3: S3Client, parts: list[Part[Page, int]], deadline: Deadline)
         TransientError / PermanentError: the call failed as a whole (every part it carried failed with it).
     """
     owners: dict[tuple[str, str | None], list[Part[Page, int]]] = {}
-    objects: list[ObjectIdentifierTypeDef] = []
     for part in parts:
         try:
             _guard(part.item, parts[0].item.where.bucket)
@@ -66,19 +74,74 @@ def delete_pages(s3: S3Client, parts: list[Part[Page, int]], deadline: Deadline)
             continue
         for entry in part.item.entries:
             ident = (entry["Key"], entry.get("VersionId"))
-            if ident not in owners:
-                owners[ident] = []
-                objects.append(entry)
-            owners[ident].append(part)
+            owners.setdefault(ident, []).append(part)
     carried = [part for part in parts if not part.answered]
-    if not carried:
+    for _ in range(len(carried)):  # each round sends, or drops at least one page its session keeps
+        if not carried:
+            return
+        try:
+            response = _send(s3, carried, owners, deadline)
+        except PartsRefused as refused:
+            for part in carried:
+                if id(part) in refused.errors:
+                    part.fail(refused.errors[id(part)])
+            carried = [part for part in carried if not part.answered]
+            continue
+        _answer(response, carried, owners)
         return
-    bucket = carried[0].item.where.bucket
+
+
+def _send(
+    s3: S3Client,
+    carried: list[Part[Page, int]],
+    owners: dict[tuple[str, str | None], list[Part[Page, int]]],
+    deadline: Deadline,
+) -> Any:
+    objects: list[ObjectIdentifierTypeDef] = []
+    for (key, version), whose in owners.items():
+        if any(part in carried for part in whose):
+            entry: ObjectIdentifierTypeDef = {"Key": key}
+            if version is not None:
+                entry["VersionId"] = version
+            objects.append(entry)
     # Not quiet: an answer names every key, deleted or not, so one that does not (a truncated body read as ``{}``)
     # cannot pass for "all deleted".
-    response = call(
-        s3.delete_objects, "DeleteObjects", deadline, Bucket=bucket, Delete={"Objects": objects, "Quiet": False}
-    )
+    with authorized(_Pages(carried)):
+        return call(
+            s3.delete_objects,
+            "DeleteObjects",
+            deadline,
+            Bucket=carried[0].item.where.bucket,
+            Delete={"Objects": objects, "Quiet": False},
+        )
+
+
+class _Pages:
+    """The permit of a DeleteObjects carrying several sessions' pages: each page's gate asked, at once
+    (``cleanup.aws.permits.Authority``)."""
+
+    def __init__(self, parts: list[Part[Page, int]]) -> None:
+        self._parts = parts
+
+    def authorize(self, deadline: Deadline | None) -> Permit:
+        gates = [part.item.gate for part in self._parts]
+        deadline = deadline or Deadline()
+        if any(gate is None for gate in gates):
+            raise PermanentError("a page without its session's gate: nothing is sent")
+        given = permits_together([gate for gate in gates if gate is not None], deadline)
+        refused = {
+            id(part): result
+            for part, result in zip(self._parts, given, strict=True)
+            if isinstance(result, BaseException)
+        }
+        if refused:
+            raise PartsRefused(refused)
+        return Permit.joined(result for result in given if isinstance(result, Permit))
+
+
+def _answer(
+    response: Any, carried: list[Part[Page, int]], owners: dict[tuple[str, str | None], list[Part[Page, int]]]
+) -> None:
     errors = _errors_by_part(response.get("Errors", []), owners, carried)
     named = {str(entry.get("Key")) for entry in [*response.get("Deleted", []), *response.get("Errors", [])]}
     for part in carried:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import grant_key, session_id
@@ -40,11 +40,12 @@ def retire_grant(
     grant_id: str,
     deadline: Deadline | None = None,
     *,
-    permit: Permit | Gate,
+    permit: Gate,
     name: NameCheck | None = None,
 ) -> ActionStatus:
-    """Retire ``grant_id`` on ``key_id``, once ``permit`` lets it (``cleanup.core.fence``), and, given ``name``, only if
-    the grant is bound to its session. A grant that is not found (already retired or revoked) counts as retired.
+    """Retire ``grant_id`` on ``key_id``, with the permit of ``permit`` (its gate) asked where the call leaves
+    (``cleanup.aws.permits``), and, given ``name``, only if the grant is bound to its session. A grant that is not
+    found (already retired or revoked) counts as retired.
 
     Raises:
         NowHeldError: ``permit`` keeps the grant (a live session holds it).
@@ -55,10 +56,8 @@ def retire_grant(
     deadline = deadline or Deadline()
     if name is not None and not name.answer(deadline):
         return ActionStatus.ALREADY_DONE
-    retired = gate_of(permit).call(
-        deadline,
-        lambda: call_or_gone(kms.retire_grant, "RetireGrant", deadline, GONE, KeyId=key_id, GrantId=grant_id),
-    )
+    with permit.sending(deadline):
+        retired = call_or_gone(kms.retire_grant, "RetireGrant", deadline, GONE, KeyId=key_id, GrantId=grant_id)
     return ActionStatus.ALREADY_DONE if retired is None else ActionStatus.DONE
 
 
@@ -172,3 +171,6 @@ class Grant(ActionKind):
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         return Holding.HELD if live.grant_id == resource else Holding.FREE
+
+    def covering(self, resource: str, location: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return (f"grant:{resource}",), ()

@@ -25,6 +25,7 @@ from botocore.awsrequest import AWSRequest
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
+from cleanup.aws.permits import SendCheck
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.exceptions import OutOfTimeError, PermanentError, TransientError
@@ -60,7 +61,7 @@ class HttpClose(ActionKind):
             url = close_url(self.close, ident)
         except PermanentError as exc:
             return [self.step(attribute, {"connectionId": attribute}, refusal=exc)]
-        gate = self.gate(context, attribute)
+        gate = self.gate(context, attribute, url)
         method, service = self.close.close_method, self.close.close_sigv4_service
 
         def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
@@ -70,6 +71,9 @@ class HttpClose(ActionKind):
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         return Holding.HELD if live.connection_id == resource else Holding.FREE
+
+    def covering(self, resource: str, location: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return ((f"http:{location}",), ()) if isinstance(location, str) else ((), ())
 
 
 def close_url(close: HttpCloseSettings, connection_id: str) -> str:
@@ -115,7 +119,8 @@ def close_connection(gate: Gate, url: str, method: str, deadline: Deadline, *, s
     request = urllib.request.Request(url, method=method)
     if sign is not None:
         _sign(request, sign)
-    return gate.call(deadline, _send, request, timeout)
+    with gate.sending(deadline):  # the permit is asked in the opener's last hook, right before the request leaves
+        return _send(SendCheck(gate.max_age).opener(), request, timeout)
 
 
 def _sign(request: urllib.request.Request, service: str) -> None:
@@ -136,9 +141,9 @@ def _sign(request: urllib.request.Request, service: str) -> None:
         request.add_header(name, value)
 
 
-def _send(request: urllib.request.Request, timeout: float) -> ActionStatus:
+def _send(opener: urllib.request.OpenerDirector, request: urllib.request.Request, timeout: float) -> ActionStatus:
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with opener.open(request, timeout=timeout) as answer:
             answer.read(200)
             return ActionStatus.DONE
     except urllib.error.HTTPError as answer:

@@ -14,6 +14,7 @@ refused, with one line naming it, when:
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib.metadata import entry_points
@@ -35,6 +36,8 @@ BUILT_IN: dict[str, type[ActionKind]] = {
 """The kinds the worker ships: DEFAULT's, and ``http-close`` (in place of ``connection``)."""
 
 _registered: dict[str, type[ActionKind]] = {}
+_ATTRIBUTE = re.compile(r"[A-Za-z0-9_.#:-]{1,255}")
+_OPERATION = re.compile(r"[a-z0-9-]+\.[A-Z][A-Za-z0-9]+")
 
 
 def register(kind: type[ActionKind]) -> type[ActionKind]:
@@ -79,15 +82,15 @@ def load_kinds(enabled: str) -> tuple[type[ActionKind], ...]:
 
 
 def instances(kinds: Sequence[type[ActionKind]], settings: Settings) -> tuple[ActionKind, ...]:
-    """One of each kind, for ``settings``; two owned fields that name one item attribute are refused.
+    """One of each kind, for ``settings``; two owned fields (or a kind's own attributes) that name one item
+    attribute are refused.
 
     Raises:
         ConfigurationError: a kind's owned field is spelt, through ``ATTR_*``, as another kind's.
     """
     spelt: dict[str, str] = {}
     for kind in kinds:
-        for owned in kind.owns:
-            attribute = getattr(settings.attributes, owned)
+        for attribute in (*(getattr(settings.attributes, owned) for owned in kind.owns), *kind.attributes):
             if spelt.setdefault(attribute, kind.name) != kind.name:
                 why = f"owns attribute {attribute!r}, already {spelt[attribute]!r}'s (ATTR_*)"
                 raise _refused(f"action {kind.name!r}: {why}")
@@ -135,12 +138,19 @@ def _check(name: str, kind: type[ActionKind], owners: dict[str, str]) -> None:
     if getattr(kind, "name", None) != name:
         raise _refused(f"action {name!r}: its kind is named {getattr(kind, 'name', None)!r}")
     if kind.api_version != API_VERSION:
-        raise _refused(f"action {name!r}: action API version {kind.api_version}, this worker runs {API_VERSION}")
+        why = f"action API version {kind.api_version}, this worker runs {API_VERSION}"
+        if kind.api_version == 1:
+            why += " (version 2: a kind frees only through its gates, Gate.aws, and is given read-only clients)"
+        raise _refused(f"action {name!r}: {why}")
     if not isinstance(getattr(kind, "paced_by", None), str) or not kind.paced_by:
         raise _refused(f"action {name!r}: declares no paced_by service")
-    unknown = [field for field in (*kind.owns, *kind.reads) if field not in AttributeNames.model_fields]
+    unknown = [field for field in (*kind.owns, *kind.reads, *kind.naming()) if field not in AttributeNames.model_fields]
     if unknown:
         raise _refused(f"action {name!r}: reads {', '.join(unknown)}, not attributes ATTR_* names")
+    bad = [text for text in kind.attributes if not _ATTRIBUTE.fullmatch(str(text))]
+    bad += [text for text in kind.frees if not _OPERATION.fullmatch(str(text))]
+    if bad:
+        raise _refused(f"action {name!r}: {', '.join(map(repr, bad))}: not an attribute name or service.Operation")
     for owned in kind.owns:
         if owners.setdefault(owned, name) != name:
             raise _refused(f"action {name!r}: owns {owned!r}, already owned by {owners[owned]!r}")

@@ -32,10 +32,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
+from cleanup.actions.registry_binding import held_by
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import connection_id as connection_id_of
+from cleanup.core.guard import session_id as session_id_of
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
@@ -63,6 +65,9 @@ class Registry:
     attribute: str
     keys: tuple[str, ...]
     """The table's key attributes (partition key, then sort key)."""
+    session_attribute: str | None = None
+    """With SESSION_BINDING: the memberships' session-id attribute (ATTR_REGISTRY_SESSION_ID), which must name the
+    record's session for a membership to be deleted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +84,13 @@ def prune(
     connection_id: str,
     deadline: Deadline,
     *,
-    permit: Permit | Gate,
+    permit: Gate,
     max_wait: float = 2.0,
+    session_id: str | None = None,
 ) -> Pruned:
-    """Delete every membership of ``connection_id`` the index knows; each BatchWriteItem (a re-send of unprocessed
-    items too) once ``permit`` lets it (``cleanup.core.fence``).
+    """Delete every membership of ``connection_id`` the index knows (with ``registry.session_attribute``, only those
+    held by ``session_id``); each BatchWriteItem (a re-send of unprocessed items too) with its permit asked of
+    ``permit`` where it leaves (``cleanup.aws.permits``).
 
     Raises:
         NowHeldError: ``permit`` keeps the memberships (a live session holds the connection).
@@ -94,7 +101,7 @@ def prune(
     deleted = kept = 0
     try:
         for page in _pages(dynamodb, registry, connection_id, deadline):
-            keys, foreign = _own_keys(page, registry, connection_id)
+            keys, foreign = _own_keys(dynamodb, page, registry, connection_id, session_id, deadline)
             kept += foreign
             for start in range(0, len(keys), BATCH):
                 _out_of_time(deadline, "the deadline came before the next batch")
@@ -115,7 +122,7 @@ def remove(
     keys: Sequence[dict[str, Any]],
     deadline: Deadline,
     *,
-    permit: Permit | Gate,
+    permit: Gate,
     max_wait: float = 2.0,
 ) -> int:
     """Delete the memberships under ``keys`` (each one of the connection ``permit`` guards: see ``own_key``), 25 a
@@ -137,11 +144,13 @@ def remove(
     return deleted
 
 
-def count(dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline) -> Pruned:
+def count(
+    dynamodb: DynamoDBClient, registry: Registry, connection_id: str, deadline: Deadline, session_id: str | None = None
+) -> Pruned:
     """How many memberships ``prune`` would delete, and keep (read-only; for dry runs)."""
     deleted = kept = 0
     for page in _pages(dynamodb, registry, connection_id, deadline):
-        keys, foreign = _own_keys(page, registry, connection_id)
+        keys, foreign = _own_keys(dynamodb, page, registry, connection_id, session_id, deadline)
         deleted, kept = deleted + len(keys), kept + foreign
     return Pruned(deleted, kept)
 
@@ -168,9 +177,19 @@ def _pages(
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def _own_keys(items: Sequence[dict[str, Any]], registry: Registry, connection_id: str) -> tuple[list[Any], int]:
-    """The keys of the items that are this connection's memberships, and how many others the index returned."""
+def _own_keys(
+    dynamodb: DynamoDBClient,
+    items: Sequence[dict[str, Any]],
+    registry: Registry,
+    connection_id: str,
+    session_id: str | None,
+    deadline: Deadline,
+) -> tuple[list[Any], int]:
+    """The keys of the items that are this connection's memberships (and, with ``registry.session_attribute``, held
+    by ``session_id``, as the table says: ``held_by``), and how many others the index returned."""
     keys = [key for key in (own_key(item, registry, connection_id) for item in items) if key is not None]
+    if registry.session_attribute is not None and keys:
+        keys = held_by(dynamodb, registry, keys, connection_id, session_id, deadline)
     return keys, len(items) - len(keys)
 
 
@@ -191,16 +210,15 @@ def _names(key: dict[str, Any], connection_id: str) -> bool:
 
 
 def _delete(
-    dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, permit: Permit | Gate, max_wait: float
+    dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, permit: Gate, max_wait: float
 ) -> None:
     pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
         {"DeleteRequest": {"Key": key}} for key in keys
     ]
     wait = FIRST_WAIT_SECONDS
     for _ in range(UNPROCESSED_TRIES):
-        answer = gate_of(permit).call(
-            deadline, call, dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending}
-        )
+        with permit.sending(deadline):
+            answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
         if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
             raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
         pending = _sent_again(answer["UnprocessedItems"], table, keys)
@@ -246,7 +264,8 @@ class Membership(ActionKind):
     """The room memberships of the session's connection, in REGISTRY_TABLE (none without it)."""
 
     name = ACTION
-    reads = ("connection_id",)
+    reads = ("connection_id", "pk")
+    names = ("connection_id",)
     paced_by = "dynamodb"
 
     def plan(self, session: Session, context: Context) -> Sequence[Step]:
@@ -262,22 +281,26 @@ class Membership(ActionKind):
         except PermanentError as exc:
             return [self.step(held, {"connectionId": held, "table": table}, refusal=exc)]
         gate = self.gate(context, held)
+        binding = runtime.settings.session_binding
+        held_by = session_id_of(session.pk, runtime.settings) if binding else None
+        by_session = runtime.settings.attributes.registry_session_id if binding else None
 
         def where(deadline: Deadline) -> Registry:
-            return Registry(table, index, attribute, runtime.table_keys(table, deadline))
+            return Registry(table, index, attribute, runtime.table_keys(table, deadline), by_session)
 
         def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
             wait = runtime.settings.retry_max_wait_seconds
+            dynamodb = runtime.clients.dynamodb
             try:
                 pruned = prune(
-                    runtime.clients.dynamodb, where(deadline), connection_id, deadline, permit=gate, max_wait=wait
+                    dynamodb, where(deadline), connection_id, deadline, permit=gate, max_wait=wait, session_id=held_by
                 )
             except NowHeldError as kept:
                 return ActionStatus.KEPT, {"heldBy": "live session", "memberships": kept.deleted}
             return (ActionStatus.DONE if pruned.deleted else ActionStatus.ALREADY_DONE), _memberships(pruned)
 
         def preview(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:
-            found = count(runtime.clients.dynamodb, where(deadline), connection_id, deadline)
+            found = count(runtime.clients.dynamodb, where(deadline), connection_id, deadline, held_by)
             return ActionStatus.PLANNED, _memberships(found)
 
         detail = {"connectionId": connection_id, "table": table, "index": index}
@@ -291,6 +314,10 @@ class Membership(ActionKind):
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         # The memberships belong to the connection: a live session still on it keeps them too.
         return Holding.HELD if live.connection_id == resource else Holding.FREE
+
+    def covering(self, resource: str, location: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        table = self.settings.registry_table
+        return ((), (f"dynamodb:{table}:",)) if table else ((), ())
 
 
 def _memberships(pruned: Pruned) -> dict[str, Any]:

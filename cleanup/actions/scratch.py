@@ -15,21 +15,20 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING on, a prefix is deleted only if it ends in its session's id (``cleanup.core.guard.check_bound``,
-before anything is listed).
+With SESSION_BINDING on, a prefix is deleted only if it is exactly its session's folder, ``<root>[<tenant>/]<id>/``
+(``cleanup.core.guard.check_bound``, before anything is listed).
 
-Every page goes through ``permit`` right before it is deleted (``cleanup.core.fence``: the live item read afresh, after
-the record's previous destructive call): a session re-created under the same key while a long prefix was being
-deleted stops the deletion there (``NowHeldError``), and its data is kept.
+Every page's call asks its permit where it leaves, after its waits (``cleanup.aws.permits``, ``cleanup.core.fence``:
+the live item read afresh, after the record's previous destructive call): a session re-created under the same key
+while a long prefix was being deleted stops the deletion there (``NowHeldError``), and its data is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, wait
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
+from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
@@ -72,15 +71,16 @@ def delete_prefix(
     *,
     versioned: bool,
     deadline: Deadline,
-    permit: Permit | Gate,
+    permit: Gate,
     together: Deleter | None = None,
-    beside: Executor | None = None,
+    heading: Callable[[str | None], None] | None = None,
 ) -> int:
     """Delete everything under ``where``; returns how many objects (or versions and markers) were deleted.
 
-    Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each.
-    ``permit`` runs before each page is deleted (after it is listed; the first page is listed on ``beside``, when
-    given, while the first permit reads); it raises ``NowHeldError`` when the prefix may no longer be freed.
+    Pages go through ``together`` when given (one DeleteObjects for several sessions' pages), else one call each. Each
+    page's permit is asked of ``permit`` (its gate) where its call leaves (``cleanup.aws.permits``); it refuses with
+    ``NowHeldError`` when the prefix may no longer be freed. ``heading`` tells the batch where this thread heads next
+    (``cleanup.aws.coalesce``: to a deletion while a page is listed, to its next read once done).
 
     Raises:
         NowHeldError: ``permit`` keeps the prefix (``deleted``: how much went before).
@@ -88,49 +88,25 @@ def delete_prefix(
         TransientError: throttling, 5xx, network, or per-key errors that are all transient.
         PermanentError: access denied (e.g. object lock) or another per-key error; nothing outside ``where`` is touched.
     """
+    head = heading or (lambda stage: None)
     pages = _version_pages(s3, where, deadline) if versioned else _object_pages(s3, where, deadline)
     deleted = 0
     try:
-        for freed in _deletions(s3, pages, gate_of(permit), deadline, together, beside):
-            deleted += freed
+        head(DELETE)
+        for page in pages:
+            deleted += _delete(s3, page, deadline, permit, together)
             if deadline.remaining() <= 0:
                 raise OutOfTimeError("the deadline came before the next page")
+            head(READ if page.last else DELETE)
     except NowHeldError as exc:
         raise NowHeldError(str(exc), deleted) from exc
     except OutOfTimeError as exc:
         raise OutOfTimeError(
             f"{exc}; {deleted} deleted under {where.prefix!r} so far, the rest on the record's next delivery"
         ) from exc
+    finally:
+        head(READ)
     return deleted
-
-
-def _deletions(
-    s3: S3Client,
-    pages: Iterator[Page],
-    gate: Gate,
-    deadline: Deadline,
-    together: Deleter | None,
-    beside: Executor | None,
-) -> Iterator[int]:
-    """How many each page's deletion freed, each page deleted through ``gate``. Neither a listing nor a read frees
-    anything, and the first deletion needs both: the first page is listed beside the first read."""
-    if beside is not None:
-        listing = beside.submit(next, pages, None)
-
-        def first() -> int | None:
-            page = listing.result()
-            return None if page is None else _delete(s3, page, deadline, together)
-
-        try:
-            freed = gate.call(deadline, first)
-        except BaseException:
-            wait([listing])  # the listing (bounded by its own call) must not run on past the generator's owner
-            raise
-        if freed is None:
-            return
-        yield freed
-    for page in pages:
-        yield gate.call(deadline, _delete, s3, page, deadline, together)
 
 
 def count_prefix(s3: S3Client, where: ScratchLocation, *, versioned: bool, deadline: Deadline | None = None) -> int:
@@ -204,8 +180,8 @@ def _inside(key: str, where: ScratchLocation) -> str:
     return key
 
 
-def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | None) -> int:
-    safe = Page(page.where, [], page.last)
+def _delete(s3: S3Client, page: Page, deadline: Deadline, gate: Gate, together: Deleter | None) -> int:
+    safe = Page(page.where, [], page.last, gate)
     alone: list[ObjectIdentifierTypeDef] = []
     for entry in page.entries:
         (safe.entries if xml_safe(entry["Key"]) else alone).append(entry)
@@ -222,7 +198,8 @@ def _delete(s3: S3Client, page: Page, deadline: Deadline, together: Deleter | No
         request: DeleteObjectRequestTypeDef = {"Bucket": page.where.bucket, "Key": entry["Key"]}
         if "VersionId" in entry:
             request["VersionId"] = entry["VersionId"]
-        call(s3.delete_object, "DeleteObject", deadline, **request)
+        with gate.sending(deadline):
+            call(s3.delete_object, "DeleteObject", deadline, **request)
     return len(page.entries)
 
 
@@ -242,7 +219,7 @@ class Scratch(ActionKind):
         try:
             where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
             if runtime.settings.session_binding:
-                check_bound(where, session_id(session.pk, runtime.settings))
+                check_bound(where, session_id(session.pk, runtime.settings), runtime.settings, session.tenant_id)
         except PermanentError as exc:
             return [self.step(scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)]
         gate = self.gate(context, scratch_prefix, where, then=DELETE)
@@ -258,7 +235,7 @@ class Scratch(ActionKind):
                     deadline=deadline,
                     permit=gate,
                     together=together,
-                    beside=runtime.side_executor,
+                    heading=calls.head if calls is not None else None,
                 )
             except NowHeldError as held:
                 return ActionStatus.KEPT, {"heldBy": "live session", _unit(versioned): held.deleted}
@@ -288,6 +265,11 @@ class Scratch(ActionKind):
 
     def unknown(self, resource: str, live: Session) -> PermanentError:
         return incomparable_prefix(resource, live.scratch_prefix)
+
+    def covering(self, resource: str, location: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        if not isinstance(location, ScratchLocation):
+            return (), ()
+        return (), (f"s3:{location.bucket}/{location.prefix}",)
 
 
 def _unit(versioned: bool) -> str:

@@ -141,10 +141,12 @@ class Part(Generic[T, R]):
     error: BaseException | None = None
     answered: bool = False
     taken: bool = False
+    at: float = 0.0
+    """``time.monotonic()`` when it was answered (a read's age is counted from its answer)."""
 
     def answer(self, result: R) -> None:
         if not self.answered:
-            self.result, self.answered = result, True
+            self.result, self.answered, self.at = result, True, time.monotonic()
 
     def fail(self, error: BaseException) -> None:
         if not self.answered:
@@ -168,12 +170,16 @@ class _Request(Generic[T, R]):
 class Coalescer(Generic[T, R]):
     """Parts of ``stage`` from many threads, sent together by ``send``, at most ``capacity`` (by ``Part.size``) each."""
 
-    def __init__(self, mates: Batchmates, stage: str, send: Send[T, R], capacity: int) -> None:
+    def __init__(
+        self, mates: Batchmates, stage: str, send: Send[T, R], capacity: int, max_parts: int | None = None
+    ) -> None:
+        """``capacity``: a request's size (by ``Part.size``); ``max_parts``: its parts (None: no bound)."""
         self._mates = mates
         self._condition = mates.condition(stage)
         self._stage = stage
         self._send = send
         self._capacity = capacity
+        self._max_parts = max_parts or math.inf
         self._pending: _Request[T, R] = _Request()
 
     def submit(self, item: T, size: int, deadline: Deadline, then: str | None = None) -> R:
@@ -184,10 +190,15 @@ class Coalescer(Generic[T, R]):
         Raises:
             Whatever error the request that carried it ended with, for this part.
         """
+        return self.submit_timed(item, size, deadline, then)[0]
+
+    def submit_timed(self, item: T, size: int, deadline: Deadline, then: str | None = None) -> tuple[R, float]:
+        """``submit``, with the moment (``time.monotonic()``) its answer arrived."""
         part: Part[T, R] = Part(item, size, deadline, then, threading.get_ident())
         condition = self._condition
         with condition:
-            full = self._pending.parts and self._pending.size + size > self._capacity
+            pending = self._pending
+            full = pending.parts and (pending.size + size > self._capacity or len(pending.parts) >= self._max_parts)
             earlier = self._take() if full else None  # no room for this part: what waits goes now
         if earlier is not None:
             self._dispatch(earlier)
@@ -204,7 +215,7 @@ class Coalescer(Generic[T, R]):
         request.done.wait()
         if part.error is not None:
             raise part.error
-        return part.result  # type: ignore[return-value]  # answered without error: the sender set a result
+        return part.result, part.at  # type: ignore[return-value]  # answered without error: the sender set a result
 
     def _join(self, part: Part[T, R]) -> _Request[T, R]:
         now = time.monotonic()
@@ -221,6 +232,7 @@ class Coalescer(Generic[T, R]):
     def _due(self) -> bool:
         return (
             self._pending.size >= self._capacity
+            or len(self._pending.parts) >= self._max_parts
             or self._mates.expected(self._stage) <= 0
             or time.monotonic() >= self._wake_at()
         )

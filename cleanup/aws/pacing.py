@@ -57,14 +57,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ConnectTimeoutError, ReadTimeoutError
 
 from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code, translate
+from cleanup.aws.permits import SendCheck, frees, note_targets
 from cleanup.aws.rate import Rate
 from cleanup.exceptions import CleanupError, OutOfTimeError, ThrottledError, TransientError
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
-FREEING_OPERATIONS = frozenset({"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"})
-"""Calls that free a session's resource: each attempt needs a permit of its own (``cleanup.core.fence``), so botocore
-does not send them again."""
 BULK_OPERATIONS = frozenset({"ListObjectsV2", "ListObjectVersions", "DeleteObjects"})
 RATED_APART = frozenset({"ListGrants", "GenerateMac", "VerifyMac"})
 """Calls with a quota of their own, apart from the rest of their service's: each gets a gate of its own (KMS's
@@ -185,6 +183,7 @@ class Pacer:
         self._control_tables = frozenset({settings.checkpoint_table})
         self._ceiling = settings.max_concurrency
         self.quota_wait = settings.quota_wait_seconds  # with a backlog: how long a request waits for a rate's turn
+        self.check = SendCheck(settings.fence_read_max_age_seconds)
         self._gates: dict[str, Gate] = {}
         self._lock = threading.Lock()
 
@@ -216,14 +215,16 @@ class Pacer:
     def attach(self, client: Any) -> None:
         """Pace every request ``client`` sends within a ``paced`` scope (``calls.call``); others are not paced."""
         client.meta.events.register("before-parameter-build", _note_params)
+        client.meta.events.register("before-parameter-build", note_targets)
         client.meta.events.register("before-send", self._before_send)
         client.meta.events.register_first("needs-retry", self._after_attempt)
 
     def _before_send(self, request: Any, event_name: str, **_: Any) -> None:
         scope = _scope_var.get()
-        if scope is None:
-            return
         service, operation = event_name.split(".")[1:3]
+        if scope is None:  # not paced, but a freeing call is checked wherever it comes from
+            self.check.check_request(service, operation, request, None)
+            return
         remaining = math.inf if scope.deadline is None else scope.deadline.remaining()
         spare = remaining - self.connect_timeout - MIN_READ_SECONDS
         if spare <= 0:
@@ -251,11 +252,13 @@ class Pacer:
                 break
             gate.release(taken_in, trouble=False, success=False)  # the rate was cut while waiting for the slot
         scope.hold(gate, taken_in)
-        context = getattr(request, "context", None)  # botocore before 1.43.68 has none: the pool's timeout applies
-        if context is not None:
-            limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
-            limit += scope.long_poll  # a long poll (SQS WaitTimeSeconds) answers at its end
-            context["read_timeout"] = min(limit, remaining - (time.monotonic() - started) - self.connect_timeout)
+        # The permit of a freeing call is asked now, after every wait, right before the send (the slot held is given
+        # back by the scope if it is refused).
+        self.check.check_request(service, operation, request, scope.deadline)
+        limit = self.bulk_timeout if operation in BULK_OPERATIONS else self.short_timeout
+        limit += scope.long_poll  # a long poll (SQS WaitTimeSeconds) answers at its end
+        left = math.inf if scope.deadline is None else scope.deadline.remaining()
+        request.context["read_timeout"] = min(limit, left - self.connect_timeout)
 
     def _no_turn(self, operation: str, why: str, spare: float) -> TransientError:
         """An attempt found no turn or slot in time: out of time when the deadline was the bound, else transient."""
@@ -279,8 +282,8 @@ class Pacer:
         retryable = (
             caught_exception is not None or throttled or is_transient_code(_error_code(response), _status(response))
         )
-        operation = kwargs["event_name"].rsplit(".", 1)[-1]
-        if retryable and operation in FREEING_OPERATIONS:
+        service, operation = kwargs["event_name"].split(".")[1:3]
+        if retryable and frees(service, operation):
             # Not sent again by botocore on the read that allowed it: the step is tried again (``call_with_retry``),
             # and its next attempt reads the live item first (``cleanup.core.fence``).
             if isinstance(caught_exception, BotoCoreError):  # as the call would say it (a host that does not

@@ -19,7 +19,7 @@ from cleanup.exceptions import BadRecordError
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.outcomes import Reason
 from schemas.records import Source, StreamRecord
-from schemas.session import Session, SessionItemError
+from schemas.session import Session, SessionItemError, SessionShape
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
@@ -64,14 +64,17 @@ def classify_here(record: StreamRecord, runtime: Runtime) -> Decision:
         BadRecordError: as ``classify``.
         MissingConfigError: GLOBAL_TABLE is on and the clients' region is not a region's name.
     """
-    return classify(record, runtime.settings, this_region(runtime))
+    return classify(record, runtime.settings, this_region(runtime), runtime.shape)
 
 
-def classify(record: StreamRecord, settings: Settings, here: str | None = None) -> Decision:
+def classify(
+    record: StreamRecord, settings: Settings, here: str | None = None, shape: SessionShape | None = None
+) -> Decision:
     """Decide whether ``record`` is a deleted session to clean, and its reason.
 
     ``here``: this worker's region with GLOBAL_TABLE (``cleanup.core.region``): a session another region owns is
-    skipped.
+    skipped. ``shape``: what the enabled kinds read (None: the built-ins'): an item holding none of its resources is
+    no session.
 
     Raises:
         BadRecordError: a REMOVE without OldImage, or an image that cannot be decoded; with ``here``, an item that
@@ -89,10 +92,11 @@ def classify(record: StreamRecord, settings: Settings, here: str | None = None) 
     not_by_key = not_a_session_key({names.pk: _partition_key_value(record, names.pk), **record.keys}, settings)
     if not_by_key is not None:
         return Decision(key, skip_reason=not_by_key)
-    if not any(name in record.old_image for name in names.resources):
+    shape = shape or SessionShape.built_in(names)
+    if not any(name in record.old_image for name in shape.resources):
         return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
     try:
-        session = Session.from_image(decode_image(record.old_image, "OldImage"), names)
+        session = Session.from_image(decode_image(record.old_image, "OldImage"), names, shape.extra)
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(str(exc)) from exc
     _check_keys(record, record.old_image)

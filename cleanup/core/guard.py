@@ -11,8 +11,8 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
 With SESSION_BINDING on, a session's grant and prefix must also be bound to it (``session_id`` says whose they must
-be): a prefix must end in the session's id (``check_bound``); a grant's name is read by its action
-(``cleanup.actions.grant``).
+be): a prefix must be exactly the session's folder, ``<root>[<tenant>/]<id>/`` (``check_bound``); a grant's name is
+read by its action (``cleanup.actions.grant``).
 
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
@@ -180,9 +180,11 @@ def session_id(partition_key: str | None, settings: Settings) -> str | None:
     return ident if SESSION_ID.fullmatch(ident) else None
 
 
-def check_bound(where: ScratchLocation, session_id: str | None) -> None:
-    """That ``where`` is bound to the session ``session_id``: its last segment is the id (``<root>[<tenant>/]<id>/``,
-    as the write path writes it).
+def check_bound(where: ScratchLocation, session_id: str | None, settings: Settings, tenant_id: str | None) -> None:
+    """That ``where`` is bound to the session ``session_id``: it is exactly ``<root><id>/`` or, for a session with a
+    tenant, ``<root><tenant>/<id>/`` (as the write path writes it), ``<root>`` being SCRATCH_ROOT (and the tenant's
+    folder with SCRATCH_TENANT_SCOPED). A prefix that only ends in the id (``<root><tenant>/<another id>/<id>/``)
+    is another session's folder, or lies in one.
 
     Raises:
         UnboundResourceError: it is not, or the item's key names no session id (None): nothing is deleted.
@@ -193,11 +195,17 @@ def check_bound(where: ScratchLocation, session_id: str | None) -> None:
             "kept: set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no "
             "such convention"
         )
-    if where.prefix[:-1].rpartition("/")[2] != session_id:
+    root = settings.scratch_root
+    bound = {f"{root}{session_id}/"}
+    if tenant_id:
+        bound.add(f"{root}{tenant_id}/{session_id}/")
+    if settings.scratch_tenant_scoped:
+        bound = {f"{root}{tenant_id}/{session_id}/"}
+    if where.prefix not in bound:
         raise UnboundResourceError(
-            f"scratch prefix {where.prefix!r} does not end in the session's id {session_id!r}: it is not bound to "
-            "this session and is kept. If the table's prefixes do not end in the session id, set "
-            "SESSION_BINDING=false; else find who wrote this item"
+            f"scratch prefix {where.prefix!r} is not {' or '.join(sorted(map(repr, bound)))}: it is not bound to this "
+            "session and is kept. If the table's prefixes are not laid out so, set SESSION_BINDING=false; else find "
+            "who wrote this item"
         )
 
 

@@ -84,7 +84,7 @@ def _held(records: Sequence[Incoming], runtime: Runtime, why: str) -> list[Outco
             outcomes.append(process_record(record, runtime, Deadline()))
             continue
         try:
-            decision = classify(record, runtime.settings)
+            decision = classify(record, runtime.settings, shape=runtime.shape)
         except CleanupError as exc:  # a record that cannot be read is dead-lettered, as when cleaning
             outcomes.append(_failure(record, str(exc), permanent=isinstance(exc, PermanentError)))
             continue

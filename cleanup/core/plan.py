@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import Context, Holding, Run, Step
+from cleanup.actions.api import ActionKind, Context, Holding, Run, Step
+from cleanup.actions.loading import BUILT_IN
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.core.fence import Fence, Reader, Reading
-from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
+from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, TransientError
 from cleanup.runtime import Runtime
+from cleanup.telemetry import log
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
 
@@ -23,17 +26,28 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "Step", "act", "clean_session", "execute", "plan"]
 
+SUCCESS = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
+
+
+def built_in(kind: ActionKind) -> bool:
+    """Whether ``kind`` is one the worker ships (it gets the runtime itself; any other gets ``Runtime.plugin_host``)."""
+    return BUILT_IN.get(kind.name) is type(kind)
+
 
 def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
     """The steps that free ``session``'s resources, each enabled action kind's in ACTIONS's order (by default: close
     its socket, retire its grant, delete its scratch data, and, with a registry, remove its connection's room
     memberships).
 
-    Every destructive call of every step goes through ``fence`` (``cleanup.core.fence``). With ``calls``, scratch pages
-    are deleted together with those of the batch's other records.
+    Every freeing call of every step goes through ``fence`` (``cleanup.core.fence``). With ``calls``, scratch pages
+    are deleted together with those of the batch's other records. A kind that is not built in plans with read-only
+    clients (``Runtime.plugin_host``): it frees through its gates.
     """
-    context = Context(runtime, fence, calls)
-    return [step for kind in runtime.kinds for step in kind.plan(session, context)]
+    steps: list[Step] = []
+    for kind in runtime.kinds:
+        host = runtime if built_in(kind) else runtime.plugin_host
+        steps.extend(kind.plan(session, Context(host, fence, calls, runtime.sender)))
+    return steps
 
 
 def clean_session(
@@ -44,17 +58,20 @@ def clean_session(
     Returns:
         Each step's result, in plan order; and why the fence stopped the record, if it did.
     """
-    fence = Fence(read)
+    fence = Fence(read, runtime.settings.fence_read_max_age_seconds)
     steps = plan(session, runtime, fence, calls)
     done = act(steps, runtime, deadline, fence, dry_run=dry_run)
     return tuple(done[id(step)] for step in steps), fence.stopped
 
 
 def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool = False) -> ActionResult:
-    """Carry out ``step`` with retries; never raises for the worker's own errors, it returns a failed result.
+    """Carry out ``step`` with retries; never raises, it returns a failed result.
 
-    Its destructive calls go through ``fence``, which keeps what the live item under the same key holds (the step is
-    then "kept"). A dry run asks the fence what it would keep, and frees nothing.
+    Its freeing calls go through ``fence``, which keeps what the live item under the same key holds (the step is then
+    "kept"). The step is judged by what its gates saw as well as by what it returns: a refusal it swallowed is its
+    result, and "done" with no permit given is its failure. Any exception it raises is its own failure (transient,
+    unless a ``PermanentError``), and the record's other steps still run. A dry run asks the fence what it would keep,
+    and frees nothing.
     """
     run = step.preview if dry_run else step.run
     retried = _retried(runtime, step, fence)
@@ -68,13 +85,66 @@ def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, d
             return _failed(step, step.refusal, refused=True)
         if run is None:
             return ActionResult(action=step.action, status=ActionStatus.PLANNED, detail=step.detail)
-        status, counts = call_with_retry(lambda: run(deadline), runtime.settings, deadline, on_retry=retried)
+        tried = _judged if not dry_run else _bounded
+        status, counts = call_with_retry(
+            lambda: tried(step, run, runtime, deadline, fence), runtime.settings, deadline, on_retry=retried
+        )
     except NowHeldError:
         return ActionResult(action=step.action, status=ActionStatus.KEPT, detail={**step.detail, **_HELD})
     except CleanupError as exc:
         fence.stale()
         return _failed(step, exc)
+    except Exception as exc:  # a kind's own error (a plugin's client, an HTTP library): that kind's failure alone
+        log.exception("action raised", extra={"action": step.action})
+        fence.stale()
+        return _failed(step, TransientError(f"{type(exc).__name__}: {exc}"))
     return ActionResult(action=step.action, status=status, detail={**step.detail, **counts})
+
+
+def _judged(
+    step: Step, run: Run, runtime: Runtime, deadline: Deadline, fence: Fence
+) -> tuple[ActionStatus, dict[str, Any]]:
+    """One try of ``step``, judged by what its gates saw.
+
+    Raises:
+        The refusal a gate of the step made, when the step reports success anyway (a kind that swallowed it).
+        PermanentError: the step reports "done" and none of its gates gave a permit.
+    """
+    gates = fence.gates(step.action, step.resource)
+    for gate in gates:
+        gate.reset()
+    status, counts = _bounded(step, run, runtime, deadline, fence)
+    refusal = next((gate.refusal for gate in gates if gate.refusal is not None), None)
+    if refusal is not None and status in SUCCESS:
+        raise refusal
+    if status is ActionStatus.DONE and not any(gate.granted for gate in gates):
+        raise PermanentError(f"{step.action}: reported done, but none of its freeing calls was given a permit")
+    return status, counts
+
+
+def _bounded(
+    step: Step, run: Run, runtime: Runtime, deadline: Deadline, fence: Fence
+) -> tuple[ActionStatus, dict[str, Any]]:
+    """``run(deadline)``; a kind that is not built in runs on its own pool, and one still running at its bound is
+    reported (transient) instead of waited for, its gates closed so that it frees nothing more."""
+    if built_in(step.kind):
+        return run(deadline)
+    future = runtime.plugin_executor.submit(run, deadline)
+    try:
+        return future.result(timeout=step_bound(runtime, deadline))
+    except FutureTimeout:
+        why = f"{step.action}: still running at its bound, not waited for; its gates are closed"
+        for gate in fence.gates(step.action, step.resource):
+            gate.close(why)
+        raise TransientError(why) from None
+
+
+def step_bound(runtime: Runtime, deadline: Deadline) -> float:
+    """How long the host waits for a step: until the record's deadline, or, where there is none, CALL_WAIT_SECONDS
+    for each of its tries."""
+    if deadline.at is not None:
+        return max(0.0, deadline.remaining())
+    return runtime.settings.call_wait_seconds * runtime.settings.retry_attempts
 
 
 def act(
@@ -86,8 +156,8 @@ def act(
     seconds under a KMS quota, finds a re-created session's data whole), each page on a read of its own. Then the
     ``together`` kinds, the socket and the grant, are freed together on one read, the grant beside the socket
     (``Runtime.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
-    Whatever follows a destructive call, or retries a step, reads again.
-    A dry run plans the steps one after another.
+    Whatever follows a destructive call, or retries a step, reads again. A step beside another still running at the
+    record's bound is reported (transient), not waited for. A dry run plans the steps one after another.
     """
     ordered = sorted(steps, key=lambda step: step.kind.phase)
     for step in [] if dry_run else steps:
@@ -112,8 +182,20 @@ def act(
         done[id(step)] = execute(step, runtime, deadline, fence, dry_run=dry_run)
         fence.on_next_permit(None)
     for key, future in beside.items():
-        done[key] = future.result()
+        done[key] = _waited(future, next(step for step in steps if id(step) == key), runtime, deadline, fence)
     return done
+
+
+def _waited(
+    future: Future[ActionResult], step: Step, runtime: Runtime, deadline: Deadline, fence: Fence
+) -> ActionResult:
+    try:
+        return future.result(timeout=step_bound(runtime, deadline))
+    except FutureTimeout:
+        why = f"{step.action}: still running at the record's bound, not waited for; its gates are closed"
+        for gate in fence.gates(step.action, step.resource):
+            gate.close(why)
+        return _failed(step, TransientError(why))
 
 
 _HELD = {"heldBy": "live session"}

@@ -65,7 +65,8 @@ def read_live_items(
     several keys (one hostile key fails a whole BatchGetItem) is made again key by key, so that only the part whose
     key is at fault fails.
 
-    ``extra``: attributes read besides the session's resources (reconcile reads ``ttl``).
+    ``extra``: attributes read besides the session's resources (the enabled kinds' own, ``Session.value``; reconcile
+    reads ``ttl`` too).
 
     Parts are answered with ``Part.fail``: TransientError / PermanentError when the read failed, BadRecordError when
     the live item's session attributes cannot be read (nothing may then be freed).
@@ -114,7 +115,7 @@ def _read(
             if pending.pop(ident, None) is None:
                 unmatched = True  # an answer for no key asked: which key it answers is unknown, so none is trusted
                 continue
-            _answer(by_key[ident], item, names)
+            _answer(by_key[ident], item, names, extra)
         unprocessed = _unprocessed(response, table)
         for ident in [ident for ident in pending if ident not in unprocessed]:
             missing = TransientError("BatchGetItem answered an item that matches no key asked; nothing is freed")
@@ -149,9 +150,11 @@ def _unprocessed(response: Mapping[str, Any], table: str) -> dict[str, Any]:
     return {key_id(key): key for key in keys}
 
 
-def _answer(parts: list[Part[dict[str, Any], Session | None]], item: dict[str, Any], names: AttributeNames) -> None:
+def _answer(
+    parts: list[Part[dict[str, Any], Session | None]], item: dict[str, Any], names: AttributeNames, own: tuple[str, ...]
+) -> None:
     try:
-        live = Session.from_image(decode_image(item, "LiveItem"), names)
+        live = Session.from_image(decode_image(item, "LiveItem"), names, own)
     except (AttributeDecodeError, SessionItemError) as exc:
         unreadable = BadRecordError(f"live item under the same key is unreadable: {exc}")
         for part in parts:

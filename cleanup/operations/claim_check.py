@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call, call_or_gone
+from cleanup.aws.permits import Own, authorized
 from cleanup.exceptions import PermanentError
 from cleanup.queues.deadletter import MESSAGE_FORMAT, is_object_key
 from cleanup.queues.integrity import check_digest
@@ -112,7 +113,9 @@ def delete_stored(runtime: Runtime, stored: StoredRecord) -> None:
     where: DeleteObjectRequestTypeDef = {"Bucket": stored.bucket, "Key": stored.key}
     if stored.version_id:
         where["VersionId"] = stored.version_id
-    call(runtime.clients.s3.delete_object, "DeleteObject", None, **where)
+    # The worker's own object, where it stores them (checked above): no session's, so no fence read is its permit.
+    with authorized(Own("stored-record", frozenset({f"s3:{stored.bucket}/{stored.key}"}))):
+        call(runtime.clients.s3.delete_object, "DeleteObject", None, **where)
 
 
 def settled(runtime: Runtime, stored: StoredRecord) -> Settled | None:

@@ -12,15 +12,17 @@ to its session by the write path's convention (``cleanup.application_contract``)
   and it is its connection's (``registry.own_key``: the connection-id attribute is set and the key names it); any
   other is only counted.
 * **The session's key.** ``pk = <SESSION_KEY_PREFIX or "session#"><session-id>`` and, when the session table has a
-  sort key, ``sk = <SESSION_SORT_KEY or "meta">``: the keys ``create_session`` writes. A table keyed any other way
-  (``check_shape``: other key attributes, SESSION_SORT_KEY without a sort key, an ATTR_* naming a key attribute, as
-  a table keyed by its connection id does) is refused before anything is listed.
+  sort key, ``sk = <SESSION_SORT_KEY>`` (which must then be set: ``meta`` for what ``create_session`` writes). A
+  table keyed any other way (``check_shape``: other key attributes, SESSION_SORT_KEY without a sort key or missing
+  with one, an ATTR_* naming a key attribute, as a table keyed by its connection id does) is refused before anything
+  is listed.
 
 Every listing must name its bucket, as on the stream path: an answer that does not cannot say what is there.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -225,14 +227,15 @@ def _number(text: object) -> float | None:
 
 def check_shape(settings: Settings, key_names: tuple[str, ...]) -> None:
     """Refuse a session table whose key reconcile cannot spell from a session id: its key must be ATTR_PK (and
-    ATTR_SK), holding ``<SESSION_KEY_PREFIX or "session#"><session-id>`` (and SESSION_SORT_KEY or ``meta``).
+    ATTR_SK), holding ``<SESSION_KEY_PREFIX or "session#"><session-id>`` (and SESSION_SORT_KEY, set).
 
     Read with another shape, no item would ever be found under the key reconcile asks for, and every grant would be
     taken for a gone session's.
 
     Raises:
-        MissingConfigError: the table is keyed otherwise, SESSION_SORT_KEY is set on a table without a sort key, or
-            an ATTR_* setting says the key holds something else than the session id (one line, naming the setting).
+        MissingConfigError: the table is keyed otherwise, SESSION_SORT_KEY is set on a table without a sort key or
+            unset on a table with one, or an ATTR_* setting says the key holds something else than the session id
+            (one line, naming the setting).
     """
     names = settings.attributes
     if key_names not in ((names.pk,), (names.pk, names.sk)):
@@ -245,12 +248,22 @@ def check_shape(settings: Settings, key_names: tuple[str, ...]) -> None:
             f"SESSION_SORT_KEY is {settings.session_sort_key!r} but the session table has no sort key: reconcile "
             "cannot tell which item is a session's"
         )
+    if settings.session_sort_key is None and len(key_names) == 2:
+        raise MissingConfigError(
+            f"the session table has a sort key ({key_names[1]!r}) and SESSION_SORT_KEY is not set: set it to the sort "
+            "key of a session's item (the write path writes 'meta'); reconcile does not guess where sessions are"
+        )
     for name, value in names.model_dump().items():
         if name not in ("pk", "sk") and not name.startswith("registry_") and value in key_names:
             raise MissingConfigError(
                 f"ATTR_{name.upper()} is {value!r}, a key of the session table: the key holds more than "
                 f"<SESSION_KEY_PREFIX><session-id>, so reconcile cannot find a session's item; it does not run"
             )
+
+
+def key_text(key: dict[str, Any]) -> str:
+    """A key as text equal for equal keys."""
+    return json.dumps(key, sort_keys=True)
 
 
 def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...]) -> dict[str, Any]:
@@ -263,5 +276,5 @@ def session_key(session_id: str, settings: Settings, key_names: tuple[str, ...])
     names = settings.attributes
     key = {names.pk: {"S": f"{settings.session_key_prefix or KEY_PREFIX}{session_id}"}}
     if len(key_names) == 2:
-        key[names.sk] = {"S": settings.session_sort_key or SORT_KEY}
+        key[names.sk] = {"S": settings.session_sort_key or SORT_KEY}  # set: check_shape refuses a sort key without
     return key

@@ -39,12 +39,11 @@ from typing import Any
 
 from cleanup.actions import grant, registry, scratch
 from cleanup.actions.api import ActionKind, Gate, Orphan
-from cleanup.aws.coalesce import Part
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.core.fence import Fence, Reader
-from cleanup.core.race import BATCH_KEYS, read_live_items
+from cleanup.core.race import BATCH_KEYS
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
-from cleanup.operations import leaks
+from cleanup.operations import leaks, liveness
 from cleanup.operations.leaks import Found
 from cleanup.operations.reconcile_report import KEPT as KEPT
 from cleanup.operations.reconcile_report import RESOURCES as RESOURCES
@@ -56,6 +55,9 @@ from schemas.outcomes import ActionStatus
 from schemas.session import Session
 from schemas.settings import CleanupMode
 
+GONE_FLOOR = 10
+"""A pass with no more resources read as gone than this is never held back by RECONCILE_MAX_GONE_SHARE (a few
+leaks among few sessions are the common case of a small deployment)."""
 CONNECTION_CAP_SECONDS = 7200
 """API Gateway's longest WebSocket connection: a membership joined longer ago than that (and the grace period) has no
 open connection left to post to."""
@@ -110,10 +112,19 @@ def reconcile(
 
 
 def _settle(run: _Run, found: list[Found], report: ReconcileReport, progress: Callable[[int], object] | None) -> None:
-    """Decide ``found``, BATCH_KEYS at a time, and count the verdicts."""
+    """Decide ``found`` (reads only, BATCH_KEYS at a time), then, unless too many of its sessions read as gone
+    (``_Run.held_back``), free what may be freed, and count the verdicts."""
+    judged: list[tuple[Verdict | None, dict[str, Any] | None]] = []
+    for start in range(0, len(found), BATCH_KEYS):
+        judged += run.judge(found[start : start + BATCH_KEYS])
+    why = run.held_back(found, judged)
+    if why is not None:
+        report.stopped = why
+        log.error("reconcile: stopped before freeing anything", extra={"why": why})
     for start in range(0, len(found), BATCH_KEYS):
         chunk = found[start : start + BATCH_KEYS]
-        for item, verdict in zip(chunk, run.decide(chunk), strict=True):
+        verdicts = run.free(chunk, judged[start : start + BATCH_KEYS], held=why is not None)
+        for item, verdict in zip(chunk, verdicts, strict=True):
             report.counts[item.resource][verdict] += 1
             _emit(run.runtime, item, verdict)
             if verdict is Verdict.PLANNED:
@@ -145,39 +156,66 @@ class _Run:
     now: float
     deadline: Deadline
 
-    def decide(self, chunk: list[Found]) -> list[Verdict]:
-        """The verdicts of ``chunk`` (at most BATCH_KEYS resources), freeing those that may be."""
+    def judge(self, chunk: list[Found]) -> list[tuple[Verdict | None, dict[str, Any] | None]]:
+        """Each resource's verdict (None: to be freed) and its session's key, reading each session's partition
+        (``liveness``) concurrently; nothing is freed."""
         settings = self.runtime.settings
-        parts: dict[int, Part[dict[str, Any], Session | None]] = {
-            index: Part(leaks.session_key(item.session_id, settings, self.key_names), 1, self.deadline)
-            for index, item in enumerate(chunk)
-            if item.session_id is not None
-        }
-        if parts:
-            try:
-                self._read(list(parts.values()))
-            except CleanupError as exc:  # one key's read failed for good: its resources are kept
-                for part in parts.values():
-                    part.fail(exc)
-        verdicts = [self._verdict(item, parts.get(index)) for index, item in enumerate(chunk)]
+        keys = [
+            leaks.session_key(item.session_id, settings, self.key_names) if item.session_id is not None else None
+            for item in chunk
+        ]
+        unique = {leaks.key_text(key): key for key in keys if key is not None}  # one read per session
+        looked = dict(zip(unique, self.runtime.executor.map(self._look, unique.values()), strict=True))
+        readings = [looked[leaks.key_text(key)] if key is not None else None for key in keys]
+        return [(self._verdict(item, reading), key) for item, reading, key in zip(chunk, readings, keys, strict=True)]
+
+    def held_back(self, found: list[Found], judged: list[tuple[Verdict | None, dict[str, Any] | None]]) -> str | None:
+        """Why a pass must free nothing: more than RECONCILE_MAX_GONE_SHARE of the resources that name a session (and
+        more than GONE_FLOOR) read as gone. A stream path that works leaves few; so many is a table read wrongly
+        (another key shape, another table) or an outage, which a person must look at first."""
+        candidates = sum(item.session_id is not None for item in found)
+        gone = sum(verdict is None for verdict, _ in judged)
+        share = self.runtime.settings.reconcile_max_gone_share
+        if gone <= GONE_FLOOR or gone <= share * candidates:
+            return None
+        return (
+            f"{gone} of {candidates} resources named by a session read as gone, more than RECONCILE_MAX_GONE_SHARE "
+            f"({share:g}): nothing was freed; check SESSION_TABLE, the key settings and the stream path, then run "
+            "again (raise RECONCILE_MAX_GONE_SHARE only for a pass known to clean up after an outage)"
+        )
+
+    def free(
+        self, chunk: list[Found], judged: list[tuple[Verdict | None, dict[str, Any] | None]], *, held: bool
+    ) -> list[Verdict]:
+        """The final verdicts of ``chunk``: those to be freed are freed, one fence per group (FAILED when ``held``)."""
         groups: dict[tuple[str, ...], list[int]] = {}
-        for index, verdict in enumerate(verdicts):
+        for index, (verdict, _) in enumerate(judged):
             if verdict is None:
                 groups.setdefault(_group(chunk[index], index), []).append(index)
         freed: dict[int, Verdict] = {}
         for indices in groups.values():
-            verdict = self._free([chunk[index] for index in indices], parts[indices[0]].item)
+            key = judged[indices[0]][1]
+            assert key is not None  # a resource to free names its session
+            verdict = Verdict.FAILED if held else self._free([chunk[index] for index in indices], key)
             freed.update(dict.fromkeys(indices, verdict))
-        return [verdict if verdict is not None else freed[index] for index, verdict in enumerate(verdicts)]
+        return [verdict if verdict is not None else freed[index] for index, (verdict, _) in enumerate(judged)]
 
-    def _verdict(self, item: Found, part: Part[dict[str, Any], Session | None] | None) -> Verdict | None:
+    def _look(self, key: dict[str, Any] | None) -> liveness.Found | CleanupError | None:
+        if key is None:
+            return None
+        try:
+            return self._partition(key, self.deadline)
+        except CleanupError as exc:  # the partition could not be read: its resources are kept
+            return exc
+
+    def _verdict(self, item: Found, reading: liveness.Found | CleanupError | None) -> Verdict | None:
         """The verdict of ``item``, or None when it is to be freed."""
-        if part is None:
+        if item.session_id is None:
             return Verdict.UNCONVENTIONAL
-        if part.error is not None:
-            log.warning("reconcile: the session item could not be read", extra=_detail(item, part.error))
+        if isinstance(reading, CleanupError) or reading is None:
+            log.warning("reconcile: the session item could not be read", extra=_detail(item, reading))
             return Verdict.FAILED
-        if self._alive(part.result) is not None:
+        if reading.other or self._alive(reading.session) is not None:
             return Verdict.LIVE
         try:
             young = self._young(item)
@@ -209,7 +247,7 @@ class _Run:
         """Free ``items`` (one resource, or one group's memberships) behind a fence whose first reading is the one
         the decision was made on."""
         item = items[0]
-        fence = Fence(self._reader(key, first=None))
+        fence = Fence(self._reader(key, first=None), self.runtime.settings.fence_read_max_age_seconds)
         fence.reading(self.deadline, None)
         fence.stale()  # the permit reads again, right before the call
         kind = KINDS[item.resource](self.runtime.settings)
@@ -232,24 +270,24 @@ class _Run:
         return kind.free_orphans(orphans, permit, self.runtime, self.deadline)
 
     def _reader(self, key: dict[str, Any], first: Session | None) -> Reader:
-        """Reads the item under ``key``; its first answer is ``first``, the reading the decision was made on."""
+        """Reads the session's partition (``liveness``); its first answer is ``first``, the reading the decision was
+        made on. Any item under the partition key that is not the session's own keeps the resource."""
         seeded = [first]
 
-        def read(deadline: Deadline, then: str | None) -> Session | None:
+        def read(deadline: Deadline, then: str | None) -> tuple[Session | None, float]:
             if seeded:
-                return seeded.pop()
-            part: Part[dict[str, Any], Session | None] = Part(key, 1, deadline)
-            self._read([part], deadline)
-            if part.error is not None:
-                raise part.error
-            return self._alive(part.result)
+                return seeded.pop(), time.monotonic()
+            found = self._partition(key, deadline)
+            if found.other:
+                raise NowHeldError("an item lives under the session's partition key: kept")
+            return self._alive(found.session), time.monotonic()
 
         return read
 
-    def _read(self, parts: list[Part[dict[str, Any], Session | None]], deadline: Deadline | None = None) -> None:
-        ttl = self.runtime.settings.attributes.ttl
-        dynamodb, names = self.runtime.clients.dynamodb, self.runtime.settings.attributes
-        read_live_items(dynamodb, self.table, parts, names, deadline or self.deadline, extra=(ttl,))
+    def _partition(self, key: dict[str, Any], deadline: Deadline) -> liveness.Found:
+        settings = self.runtime.settings
+        dynamodb, names = self.runtime.clients.dynamodb, settings.attributes
+        return liveness.partition(dynamodb, self.table, key, names, deadline, extra=(names.ttl,))
 
     def _alive(self, session: Session | None) -> Session | None:
         """``session`` if it is live: present, and not past its ttl by more than the grace period."""

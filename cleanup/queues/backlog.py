@@ -71,7 +71,12 @@ def defer(
     names, actions = runtime.settings.attributes, _names(runtime.kind_classes)
     pace = runtime.clients.pacer.learnt()
     bodies = [
-        (index, backlog_body(outcomes[index], records[index], names=names, actions=actions, pace=pace))
+        (
+            index,
+            backlog_body(
+                outcomes[index], records[index], names=names, actions=actions, pace=pace, own=runtime.shape.extra
+            ),
+        )
         for index in pending
     ]
     letters = letters_for(bodies, runtime, limit, deadline)
@@ -99,6 +104,7 @@ def backlog_body(
     names: AttributeNames | None = None,
     actions: Sequence[str] = ACTIONS,
     pace: Mapping[str, float] | None = None,
+    own: tuple[str, ...] = (),
 ) -> str:
     """The (untagged) dead-letter message of the record, with ``remaining``: the actions not done (all ``actions``,
     when none ran), and ``pace``: the rates this process learnt for its services' quotas (``Pacer.learnt``), for the
@@ -107,7 +113,7 @@ def backlog_body(
     A step "kept" in a failed record is left too: the fence may have stopped it (the session came back while it was
     cleaned), and its next run reads the live item again, keeping it if it is still held.
     """
-    message = json.loads(message_body(outcome, record, names=names))
+    message = json.loads(message_body(outcome, record, names=names, own=own))
     done = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
     left = [action.action for action in outcome.actions if action.status not in done]
     message["remaining"] = left or list(actions)
@@ -189,10 +195,10 @@ def only_remaining(
     left = [kind for kind in kinds if kind.name in remaining]
     needed = {field for kind in left for field in (*kind.owns, *kind.reads)}
     drop = [
-        getattr(names, field)
+        attribute
         for kind in kinds
         if kind.name not in remaining and not needed & set(kind.owns)
-        for field in kind.owns
+        for attribute in (*(getattr(names, field) for field in kind.owns), *kind.attributes)
     ]
     keys = raw["dynamodb"].get("Keys")
     kept = set(keys) if isinstance(keys, dict) else set()  # a key attribute (ATTR_CONNECTION_ID=pk) stays: the
@@ -200,6 +206,9 @@ def only_remaining(
     for name in drop:
         if name not in kept:
             cut["dynamodb"]["OldImage"].pop(name, None)
-    if not any(name in cut["dynamodb"]["OldImage"] for name in names.resources):
+    resources = {getattr(names, field) for kind in kinds for field in kind.naming()} | {
+        attribute for kind in kinds for attribute in kind.attributes
+    }
+    if not any(name in cut["dynamodb"]["OldImage"] for name in resources):
         return raw  # cut to no session attribute, the record would no longer be a session's: done ones answer "done"
     return cut

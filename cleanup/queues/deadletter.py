@@ -49,10 +49,16 @@ MESSAGE_FORMAT = "session-cleanup.dead-letter.v1"
 
 
 def message_body(
-    outcome: Outcome, record: StreamRecord | UnreadableRecord, attempts: int = 1, *, names: AttributeNames | None = None
+    outcome: Outcome,
+    record: StreamRecord | UnreadableRecord,
+    attempts: int = 1,
+    *,
+    names: AttributeNames | None = None,
+    own: tuple[str, ...] = (),
 ) -> str:
     """The dead-letter message (untagged): the record with only the attributes cleaning needs (``names``: the
-    default ones when not given), why it failed, and after how many tries.
+    default ones when not given; ``own``: the enabled kinds' own attributes), why it failed, and after how many
+    tries.
 
     The record's id is split into ``sequenceNumber`` and, for a record de-aggregated by the KCL,
     ``subSequenceNumber`` (``schemas.records.record_id``): the sequence number is the stream's own.
@@ -70,7 +76,7 @@ def message_body(
             "attempts": attempts,
             "actions": [a.model_dump(mode="json") for a in outcome.actions],
             "failedAt": int(time.time()),
-            "record": needed_only(record.raw, names or AttributeNames()),
+            "record": needed_only(record.raw, names or AttributeNames(), own),
         },
         default=str,
     )
@@ -166,7 +172,11 @@ def _letters(
         (
             index,
             message_body(
-                outcomes[index], records[index], attempts.get(outcomes[index].sequence_number, 1), names=names
+                outcomes[index],
+                records[index],
+                attempts.get(outcomes[index].sequence_number, 1),
+                names=names,
+                own=runtime.shape.extra,
             ),
         )
         for index in pending

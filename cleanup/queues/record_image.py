@@ -2,7 +2,8 @@
 
 A dead-letter or backlog message (and its stored record) holds the record with its images cut to the key attributes
 and the session attributes of ``AttributeNames`` (key, connection, callback URL, grant, key id, scratch prefix,
-tenant, TTL, expiry bucket). The rest of an ended session's item (what the application kept there) is never copied
+tenant, TTL, expiry bucket), and the enabled action kinds' own attributes. The rest of an ended session's item (what
+the application kept there) is never copied
 into a queue or an object: it is not needed to clean the session, and whoever may read the queue may not read it.
 Any other shape (a record that could not be read) is kept as it came: it names nothing the worker can clean.
 """
@@ -34,13 +35,14 @@ def session_attributes(names: AttributeNames) -> frozenset[str]:
     )
 
 
-def needed_only(raw: Any, names: AttributeNames) -> Any:
-    """``raw`` with each image cut to its keys and session attributes; any other shape as it is."""
+def needed_only(raw: Any, names: AttributeNames, own: tuple[str, ...] = ()) -> Any:
+    """``raw`` with each image cut to its keys, session attributes and the enabled kinds' own attributes (``own``);
+    any other shape as it is."""
     change = raw.get("dynamodb") if isinstance(raw, dict) else None
     if not isinstance(change, dict) or not any(isinstance(change.get(image), dict) for image in IMAGES):
         return raw
     keys = change.get("Keys")
-    kept = session_attributes(names) | (set(keys) if isinstance(keys, dict) else set())
+    kept = session_attributes(names) | set(own) | (set(keys) if isinstance(keys, dict) else set())
     cut = dict(change)
     for image in IMAGES:
         if isinstance(change.get(image), dict):

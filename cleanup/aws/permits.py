@@ -1,0 +1,316 @@
+"""The send-time check: a request that frees a session's resource leaves only with a fresh permit for it.
+
+A freeing request is one of ``FREEING_OPERATIONS`` (DeleteConnection, RetireGrant, RevokeGrant, DeleteObjects,
+DeleteObject, a BatchWriteItem that deletes) or an operation an enabled action kind declares it frees with
+(``declare``). Each one is checked at the last moment before it leaves, whichever client sends it:
+
+* botocore's ``before-send`` (``check_request``), which runs after the pacer's waits for a turn and a slot
+  (``cleanup.aws.pacing``) and again for every attempt, botocore's own retries included;
+* the HTTP client of ``http-close`` (``opener``), in its request hook.
+
+The check asks the ``Authority`` the caller bound to the call (``authorized``: the record's fence, through the
+step's gate) for a ``Permit`` *at that moment*, so that the fence's read is taken after every wait, and refuses the
+request, sending nothing, when:
+
+* no authority is bound (a freeing call made outside a gate: a bug, logged at ERROR and reported to the observers);
+* the permit does not cover what the request frees (the wrong grant, a key outside the page's prefix: a bug too);
+* the permit's read answered longer ago than FENCE_READ_MAX_AGE_SECONDS (transient: the next try reads again);
+* the authority keeps the resource (``NowHeldError``) or cannot read (its own error), as the fence decides.
+
+What a request frees is named by ``targets``: ``grant:<id>``, ``connection:<id>``, ``s3:<bucket>/<key>``,
+``dynamodb:<table>:<key>``, ``http:<url>``, or ``op:<service>.<Operation>`` for a declared operation. A permit covers
+targets by exact name or by prefix (a scratch page's permit covers every key under its prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cleanup.exceptions import PermanentError, TransientError
+from cleanup.telemetry import log
+
+FREEING_OPERATIONS = frozenset(
+    {"DeleteConnection", "RetireGrant", "RevokeGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"}
+)
+"""The built-in operations that free a session's resource (a BatchWriteItem only when it deletes)."""
+TARGETS_KEY = "cleanup_targets"
+"""Where a request's targets are kept in botocore's request context, from parameter building to sending."""
+
+
+@dataclass(frozen=True)
+class Permit:
+    """Leave to send one freeing request: what it may free, and when the read that allowed it answered.
+
+    ``read_at``: ``time.monotonic()`` when the read's answer arrived; None when nothing was read by the operator's
+    choice (RACE_CHECK=false), which no age can make stale.
+    """
+
+    action: str
+    covers: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+    read_at: float | None = None
+    reading: int = 0
+
+    def allows(self, target: str) -> bool:
+        return target in self.covers or any(target.startswith(prefix) for prefix in self.prefixes)
+
+    def age(self, now: float) -> float:
+        return 0.0 if self.read_at is None else now - self.read_at
+
+    @classmethod
+    def joined(cls, permits: Iterable[Permit]) -> Permit:
+        """One permit for a request that carries several (a DeleteObjects of several sessions' pages): it covers what
+        each covers, and is as old as the oldest."""
+        permits = list(permits)
+        reads = [permit.read_at for permit in permits if permit.read_at is not None]
+        return cls(
+            action=",".join(sorted({permit.action for permit in permits})),
+            covers=frozenset().union(*(permit.covers for permit in permits)),
+            prefixes=tuple(prefix for permit in permits for prefix in permit.prefixes),
+            read_at=min(reads) if reads else None,
+        )
+
+
+class Authority(Protocol):
+    """What gives a freeing request its permit, asked at the moment it is sent (a step's gate)."""
+
+    def authorize(self, deadline: Any) -> Permit:
+        """A permit taken now, after every wait: a fresh read of the live item, or none needed.
+
+        Raises:
+            NowHeldError: the resource is kept.
+            TransientError / PermanentError: the read failed, or its answer could not be understood.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Own:
+    """The authority for deleting what the worker itself stored (a dead-letter record, once redriven): no session's
+    resource, so nothing is read; the permit covers exactly ``targets``. Whoever binds it has checked that they lie
+    where the worker stores its own objects, outside the scratch root (``cleanup.operations.claim_check``)."""
+
+    why: str
+    targets: frozenset[str]
+
+    def authorize(self, deadline: Any) -> Permit:
+        return Permit(self.why, self.targets)
+
+
+class RefusedSendError(PermanentError):
+    """A freeing request carried no permit that covers it: nothing was sent. This is a bug of the call site."""
+
+
+class StalePermitError(TransientError):
+    """A freeing request's permit was read too long ago: nothing was sent, and the next try reads again."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A freeing request refused at the send (``why``); ``bug``: it carried no permit that covers it."""
+
+    what: str
+    targets: tuple[str, ...]
+    why: str
+    bug: bool
+
+
+_authority: ContextVar[Authority | None] = ContextVar("cleanup_authority", default=None)
+_declared: set[str] = set()
+_observers: list[Callable[[Violation], None]] = []
+_lock = threading.Lock()
+_default_session_checked: list[SendCheck] = []
+
+
+@contextmanager
+def authorized(authority: Authority) -> Iterator[None]:
+    """Freeing requests sent on this thread while the block runs take their permits from ``authority``."""
+    token = _authority.set(authority)
+    try:
+        yield
+    finally:
+        _authority.reset(token)
+
+
+@contextmanager
+def unauthorized() -> Iterator[None]:
+    """No authority while the block runs (a read made inside another call's permit is no freeing request's)."""
+    token = _authority.set(None)
+    try:
+        yield
+    finally:
+        _authority.reset(token)
+
+
+def declare(operations: Iterable[str]) -> None:
+    """Operations (``service.Operation``, e.g. ``dynamodb.DeleteItem``) that an enabled kind frees with: checked
+    like the built-in ones, and never sent again by botocore on one permit."""
+    with _lock:
+        _declared.update(operations)
+
+
+def declared(service: str, operation: str) -> bool:
+    return f"{service}.{operation}" in _declared
+
+
+def frees(service: str, operation: str) -> bool:
+    """Whether ``operation`` may free a session's resource (its retries then need a permit each)."""
+    return operation in FREEING_OPERATIONS or declared(service, operation)
+
+
+def check_default_session(send_check: SendCheck) -> None:
+    """Check the freeing requests of every client made from boto3's default session from now on (``boto3.client``:
+    a kind that is not built in, making clients of its own), once per process."""
+    import boto3  # only where a kind that is not built in is enabled: the worker's own clients come from botocore
+
+    with _lock:
+        if _default_session_checked:
+            return
+        _default_session_checked.append(send_check)
+        if boto3.DEFAULT_SESSION is None:
+            boto3.setup_default_session()
+        events = boto3.DEFAULT_SESSION.events  # type: ignore[union-attr]
+    events.register("before-parameter-build", note_targets)
+    events.register_last("before-send", send_check.before_send)
+
+
+@contextmanager
+def observed(observer: Callable[[Violation], None]) -> Iterator[None]:
+    """``observer`` is told of every refused send while the block runs (the test suite fails the test that made
+    one)."""
+    with _lock:
+        _observers.append(observer)
+    try:
+        yield
+    finally:
+        with _lock:
+            _observers.remove(observer)
+
+
+def targets(service: str, operation: str, params: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """What a request frees, by its API parameters; None when it frees nothing."""
+    if operation in ("RetireGrant", "RevokeGrant"):
+        return (f"grant:{params.get('GrantId')}",)
+    if operation == "DeleteConnection":
+        return (f"connection:{params.get('ConnectionId')}",)
+    if operation == "DeleteObject":
+        return (f"s3:{params.get('Bucket')}/{params.get('Key')}",)
+    if operation == "DeleteObjects":
+        objects = (params.get("Delete") or {}).get("Objects") or []
+        return tuple(f"s3:{params.get('Bucket')}/{entry.get('Key')}" for entry in objects) or ("s3:?",)
+    if operation == "BatchWriteItem":
+        deletes = [
+            f"dynamodb:{table}:{key_text(request['DeleteRequest'].get('Key'))}"
+            for table, requests in (params.get("RequestItems") or {}).items()
+            for request in requests or ()
+            if isinstance(request, Mapping) and "DeleteRequest" in request
+        ]
+        return tuple(deletes) or None
+    if declared(service, operation):
+        return (f"op:{service}.{operation}",)
+    return None
+
+
+def key_text(key: Any) -> str:
+    """An item key as text equal for equal keys (a target's name)."""
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+@dataclass
+class SendCheck:
+    """The check itself, with the bound on a permit's age."""
+
+    max_age: float
+    _clock: Callable[[], float] = field(default=time.monotonic)
+
+    def check(self, what: str, found: tuple[str, ...], deadline: Any) -> Permit:
+        """The permit for a request freeing ``found`` (``what``: the operation, for messages), taken now.
+
+        Raises:
+            RefusedSendError: no authority, or a permit that does not cover every target.
+            StalePermitError: the permit's read is older than ``max_age``.
+            NowHeldError / TransientError / PermanentError: the authority keeps the resource.
+        """
+        authority = _authority.get()
+        if authority is None:
+            raise self._refuse(RefusedSendError, what, found, "no permit: a freeing call made outside its gate")
+        permit = authority.authorize(deadline)
+        uncovered = [target for target in found if not permit.allows(target)]
+        refusal: Exception | None = None
+        if uncovered:
+            why = f"the permit of {permit.action!r} does not cover {', '.join(uncovered[:3])}"
+            refusal = self._refuse(RefusedSendError, what, found, why)
+        elif (age := permit.age(self._clock())) > self.max_age:
+            why = f"the permit's read is {age * 1000:.0f} ms old (FENCE_READ_MAX_AGE_SECONDS {self.max_age:g})"
+            refusal = self._refuse(StalePermitError, what, found, why)
+        if refusal is not None:
+            note = getattr(authority, "refuse", None)  # the gate judges its step by it, whatever the step returns
+            if note is not None:
+                note(refusal)
+            raise refusal
+        return permit
+
+    def before_send(self, request: Any, event_name: str, **_: Any) -> None:
+        """botocore's ``before-send`` for a client the pacer does not attach to: the check alone."""
+        service, operation = event_name.split(".")[1:3]
+        self.check_request(service, operation, request, None)
+
+    def check_request(self, service: str, operation: str, request: Any, deadline: Any) -> Permit | None:
+        """The check of one botocore attempt (None: it frees nothing)."""
+        context = getattr(request, "context", None) or {}
+        found = context.get(TARGETS_KEY)
+        if found is None:
+            return None
+        return self.check(operation, found, deadline)
+
+    def attach(self, client: Any) -> None:
+        """Check every freeing request ``client`` sends (the pacer attaches its own clients: ``Pacer.attach``)."""
+        client.meta.events.register("before-parameter-build", note_targets)
+        client.meta.events.register_last("before-send", self.before_send)
+
+    def opener(self, *handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
+        """A urllib opener whose every request is checked as freeing (``http:<url>``), with ``handlers``."""
+        return urllib.request.build_opener(*handlers, _HttpCheck(self))
+
+    def _refuse(self, error: type[Exception], what: str, found: tuple[str, ...], why: str) -> Exception:
+        violation = Violation(what, found, why, bug=error is RefusedSendError)
+        log.error("freeing call refused at the send", extra={"operation": what, "targets": list(found[:5]), "why": why})
+        with _lock:
+            observers = list(_observers)
+        for observer in observers:
+            observer(violation)
+        return error(f"{what}: refused at the send: {why}; nothing was sent")
+
+
+def note_targets(params: Mapping[str, Any], event_name: str, context: dict[str, Any] | None = None, **_: Any) -> None:
+    """botocore's ``before-parameter-build``: what the request will free, kept in its context for the send."""
+    if context is None:
+        return
+    service, operation = event_name.split(".")[1:3]
+    if frees(service, operation):
+        found = targets(service, operation, params)
+        if found is not None:
+            context[TARGETS_KEY] = found
+
+
+class _HttpCheck(urllib.request.BaseHandler):
+    """Checks each request of an opener right before it is opened (a close at CLOSE_URL)."""
+
+    handler_order = 1000  # after every other handler has shaped the request: the last word before it leaves
+
+    def __init__(self, send_check: SendCheck) -> None:
+        self._check = send_check
+
+    def http_request(self, request: urllib.request.Request) -> urllib.request.Request:
+        self._check.check(f"{request.get_method()} (http)", (f"http:{request.full_url}",), None)
+        return request
+
+    https_request = http_request
