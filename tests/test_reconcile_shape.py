@@ -172,3 +172,53 @@ def test_the_write_path_serves_a_table_without_a_sort_key(env: SessionStack) -> 
 
     assert touch_session(env.ddb, table, "s-1", ttl_seconds=2 * HOUR, sort_key=None)
     assert live_session(env.ddb, table, "s-1", sort_key=None) is not None
+
+
+def test_a_table_with_a_sort_key_and_no_sort_key_setting_is_refused_and_its_live_sessions_keep_their_grants(
+    env: SessionStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stream path takes any sort key; reconcile must not guess one: under 'meta', these sessions look gone.
+    monkeypatch.delenv("SESSION_SORT_KEY")
+    live = grant(env, "live-1")
+    env.put_item({"pk": "session#live-1", "sk": "session", "grantId": live, "ttl": int(time.time()) + HOUR})
+
+    code, summary, err = run(capsys)
+
+    assert code == 2 and summary is None
+    assert live in env.grant_ids()
+    assert len(err) == 1 and "SESSION_SORT_KEY" in err[0]
+
+
+def test_any_item_under_the_sessions_partition_key_keeps_its_grant(
+    env: SessionStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SESSION_SORT_KEY=meta, but this deployment's sessions are written at another sort key: live all the same.
+    live = grant(env, "live-1")
+    env.put_item({"pk": "session#live-1", "sk": "session", "grantId": live, "ttl": int(time.time()) + HOUR})
+
+    code, summary, _ = run(capsys)
+
+    assert code == 0
+    assert live in env.grant_ids()
+    assert summary is not None and summary["grant"]["live"] == 1 and summary["grant"]["freed"] == 0
+
+
+def test_a_pass_in_which_too_many_sessions_read_as_gone_frees_nothing_and_says_why(
+    env: SessionStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gone = [grant(env, f"gone-{n}") for n in range(12)]  # twelve sessions whose items are not where they are read
+    live = [grant(env, f"live-{n}") for n in range(3)]
+    for n in range(3):
+        env.put_item({"pk": f"session#live-{n}", "sk": "meta", "grantId": live[n], "ttl": int(time.time()) + HOUR})
+
+    code, summary, _ = run(capsys)
+
+    assert code == 1
+    assert set(gone + live) <= env.grant_ids()  # nothing freed
+    assert summary is not None and "RECONCILE_MAX_GONE_SHARE" in summary["stopped"]
+    assert summary["grant"]["freed"] == 0 and summary["grant"]["failed"] == 12
+
+    monkeypatch.setenv("RECONCILE_MAX_GONE_SHARE", "1")  # an operator who knows the pass cleans up after an outage
+    code, summary, _ = run(capsys)
+
+    assert code == 0 and env.grant_ids() == set(live)
