@@ -235,6 +235,10 @@ class Settings(BaseSettings):
     """INTEGRITY_KEY_ID: the KMS HMAC key (HMAC_256) that tags every dead-letter and backlog message the worker
     writes (GenerateMac) and that the drain and redrive verify (VerifyMac) before they free anything a message names.
     Unset: messages are written untagged, and the drain and redrive free nothing from one (they keep it)."""
+    integrity_previous_key_ids: str = ""
+    """INTEGRITY_PREVIOUS_KEY_IDS: comma-separated ARNs of HMAC keys INTEGRITY_KEY_ID replaced, accepted to verify a
+    message's tag (never to make one): a message tagged before a rotation is still trusted while it waits, and
+    ``cleanup-worker retag`` tags it again with INTEGRITY_KEY_ID (docs/operate.md, "Rotating the integrity key")."""
     max_concurrency: int = Field(default=32, ge=1, le=512)
     """MAX_CONCURRENCY: records cleaned at once (threads; the HTTP pool is sized to match)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
@@ -410,6 +414,18 @@ class Settings(BaseSettings):
             )
         return keys
 
+    @field_validator("integrity_previous_key_ids")
+    @classmethod
+    def _previous_keys_are_key_arns(cls, keys: str) -> str:
+        # The drain's role may verify with the keys the template names, by ARN: another spelling would never verify.
+        bad = [key.strip() for key in keys.split(",") if key.strip() and not KMS_KEY_ARN.fullmatch(key.strip())]
+        if bad:
+            raise ValueError(
+                "INTEGRITY_PREVIOUS_KEY_IDS must list key ARNs (arn:aws:kms:<region>:<account>:key/<key-id>), not "
+                + ", ".join(repr(key) for key in bad)
+            )
+        return keys
+
     @field_validator("metrics_destination")
     @classmethod
     def _metrics_destination_is_known(cls, destination: str) -> str:
@@ -495,6 +511,15 @@ class Settings(BaseSettings):
         """BACKLOG_QUEUE_URL when records may be sent there: only with INTEGRITY_KEY_ID, since the drain refuses
         (and keeps for an operator) every message it cannot verify; without it records stay in the stream instead."""
         return self.backlog_queue_url if self.integrity_key_id else None
+
+    @property
+    def integrity_keys(self) -> tuple[str, ...]:
+        """The keys a message's tag may verify with: INTEGRITY_KEY_ID first, then INTEGRITY_PREVIOUS_KEY_IDS (none
+        without INTEGRITY_KEY_ID: a previous key alone never vouches for anything)."""
+        if not self.integrity_key_id:
+            return ()
+        previous = [key.strip() for key in self.integrity_previous_key_ids.split(",") if key.strip()]
+        return tuple(dict.fromkeys([self.integrity_key_id, *previous]))
 
     @property
     def dead_letter_store(self) -> str | None:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
@@ -247,7 +248,7 @@ def dead_letter_target(runtime: Runtime, deadline: Deadline | None) -> str | Non
     """The URL of the backlog's dead-letter queue, from its RedrivePolicy (None: it has none).
 
     Raises:
-        TransientError / PermanentError: SQS could not say now.
+        TransientError / PermanentError: SQS could not say now (or answered without the queue's URL).
     """
     sqs, queue = runtime.clients.sqs, runtime.settings.backlog_queue_url
     if not queue:
@@ -264,7 +265,7 @@ def dead_letter_target(runtime: Runtime, deadline: Deadline | None) -> str | Non
         return None
     account, name = parts[4], parts[5]
     found = call(sqs.get_queue_url, "GetQueueUrl", deadline, QueueName=name, QueueOwnerAWSAccountId=account)
-    return str(found["QueueUrl"])
+    return str(needed(found, "GetQueueUrl", "QueueUrl", kind=str))
 
 
 def _send(runtime: Runtime, queue: str, message: Message, why: str, deadline: Deadline) -> bool:

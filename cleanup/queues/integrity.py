@@ -33,6 +33,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import IntegrityError
@@ -56,7 +57,8 @@ def seal(body: str, runtime: Runtime, deadline: Deadline | None = None) -> str:
     """``body`` (a JSON object) with its integrity tag; as it is when no INTEGRITY_KEY_ID is set.
 
     Raises:
-        TransientError / PermanentError: KMS could not tag it now (the record then stays failed, and is retried).
+        TransientError / PermanentError: KMS could not tag it now, or answered without a tag (an empty or cut body):
+            the record then stays failed, and is retried.
     """
     key = runtime.settings.integrity_key_id
     if not key:
@@ -70,7 +72,10 @@ def seal(body: str, runtime: Runtime, deadline: Deadline | None = None) -> str:
         MacAlgorithm=ALGORITHM,
         Message=signed_bytes(message),
     )
-    message[FIELD] = {"algorithm": ALGORITHM, "mac": base64.b64encode(answer["Mac"]).decode("ascii")}
+    mac = needed(answer, "GenerateMac", "Mac", kind=bytes)
+    if not mac:
+        raise missing("GenerateMac", ("Mac",))
+    message[FIELD] = {"algorithm": ALGORITHM, "mac": base64.b64encode(mac).decode("ascii")}
     return json.dumps(message, default=str)
 
 

@@ -1,0 +1,121 @@
+"""The integrity key of the worker's own messages over its lifetime: KMS answers that are cut are retries, never
+verdicts; a rotated key keeps the messages in flight; a message naming a kind no longer configured frees the rest."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cleanup.aws.retry import Deadline
+from cleanup.exceptions import TransientError
+from cleanup.queues.backlog import backlog_body
+from cleanup.queues.backlog_drain import Message, clean, dead_letter_target
+from cleanup.queues.integrity import seal
+from schemas.outcomes import Outcome, Status
+from schemas.records import StreamRecord, read_record
+from tests.faults import Cut, Faults
+from tests.queues import on_queue
+from tests.stack import SessionStack, client
+from worker import lambda_handler
+
+
+def new_queue(name: str, dead_letters: str | None = None) -> str:
+    sqs = client("sqs")
+    url = str(sqs.create_queue(QueueName=name)["QueueUrl"])
+    if dead_letters is not None:
+        arn = sqs.get_queue_attributes(QueueUrl=dead_letters, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 20})
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"RedrivePolicy": policy})
+    return url
+
+
+def backlog_with_dead_letters(stack: SessionStack) -> tuple[str, str]:
+    """A backlog queue and its dead-letter queue, named by its RedrivePolicy (as the template makes them)."""
+    dead = new_queue(f"backlog-dlq-{stack.table}")
+    return new_queue(f"backlog-{stack.table}", dead), dead
+
+
+def held_message(stack: SessionStack, session: str, remaining: list[str] | None = None, **settings: Any) -> str:
+    """The backlog message of ``session``'s REMOVE, as the stream's worker defers it, tagged with ``settings``' key."""
+    [raw] = [raw for raw in stack.new_records() if raw["eventName"] == "REMOVE"]
+    record = read_record(raw)
+    assert isinstance(record, StreamRecord)
+    outcome = Outcome(sequence_number=record.sequence_number, status=Status.DEFERRED, error="no turn")
+    body = json.loads(backlog_body(outcome, record))
+    if remaining is not None:
+        body["remaining"] = remaining
+    return seal(json.dumps(body), stack.runtime(**settings))
+
+
+def ended(stack: SessionStack, name: str) -> dict[str, Any]:
+    session = stack.put_session(name)
+    stack.delete(name)
+    return session
+
+
+def freed(stack: SessionStack, session: dict[str, Any]) -> bool:
+    return session["grantId"] not in stack.grant_ids() and stack.objects(session["scratchPrefix"]) == []
+
+
+def kept(stack: SessionStack, session: dict[str, Any]) -> bool:
+    return session["grantId"] in stack.grant_ids() and len(stack.objects(session["scratchPrefix"])) == 3
+
+
+@pytest.mark.parametrize("body", [b"", b'{"KeyId": "arn:aws:kms:us-east-1:123456789012:key/1", "MacVa'])
+def test_a_cut_verify_mac_answer_keeps_the_message_for_later_and_never_calls_it_forged(
+    stack: SessionStack, body: bytes
+) -> None:
+    session = ended(stack, "cut-verify")
+    message = Message("m1", held_message(stack, "cut-verify"), "rh")
+    backlog, dead = backlog_with_dead_letters(stack)
+    runtime = stack.runtime(backlog_queue_url=backlog)
+    Cut(runtime.clients.kms, "VerifyMac", body)
+
+    left = clean([message], runtime, Deadline.after(30))
+
+    assert left == [message] and on_queue(dead) == []  # kept in the backlog, not moved as a forgery
+    assert kept(stack, session)
+    assert clean([message], runtime, Deadline.after(30)) == [] and freed(stack, session)  # KMS answers: cleaned
+
+
+def test_a_cut_generate_mac_answer_leaves_the_record_failed_and_reported_not_the_batch_crashed(
+    stack: SessionStack,
+) -> None:
+    session = ended(stack, "cut-generate")
+    event = stack.lambda_event()
+    backlog = new_queue(f"backlog-{stack.table}")
+    runtime = stack.runtime(backlog_queue_url=backlog)
+    Faults(runtime.clients.kms, "RetireGrant", "KMSInternalException", status=500, times=1000)  # deferred: transient
+    Cut(runtime.clients.kms, "GenerateMac", times=1000)  # ... but its message cannot be tagged
+
+    with lambda_handler.warm.use(runtime):
+        answer = lambda_handler.handler(event, None)
+
+    [removal] = [r["dynamodb"]["SequenceNumber"] for r in event["Records"] if r["eventName"] == "REMOVE"]
+    assert answer == {"batchItemFailures": [{"itemIdentifier": removal}]}  # reported: the stream delivers it again
+    assert stack.objects(session["scratchPrefix"]) == [] and session["grantId"] in stack.grant_ids()
+    assert on_queue(backlog) == []
+
+
+def test_a_cut_describe_table_answer_is_a_transient_error(stack: SessionStack) -> None:
+    runtime = stack.runtime()
+    Cut(runtime.clients.dynamodb, "DescribeTable")
+
+    with pytest.raises(TransientError, match=r"DescribeTable: the answer carries no usable Table\.KeySchema"):
+        runtime.table_keys(stack.table)
+    assert runtime.table_keys(stack.table) == ("pk", "sk")  # nothing was kept of the cut answer
+
+
+def test_a_cut_get_queue_url_answer_keeps_a_refused_message_in_the_backlog(stack: SessionStack) -> None:
+    backlog, dead = backlog_with_dead_letters(stack)
+    runtime = stack.runtime(backlog_queue_url=backlog)
+    refused = Message("bad", '{"format": "session-cleanup.dead-letter.v1"}', "rh-bad")
+    Cut(runtime.clients.sqs, "GetQueueUrl", times=1000)
+
+    with pytest.raises(TransientError, match="GetQueueUrl"):
+        dead_letter_target(runtime, Deadline.after(10))
+    left = clean([refused], runtime, Deadline.after(30))
+
+    assert left == [refused] and on_queue(dead) == []  # kept where it is, moved once SQS answers
