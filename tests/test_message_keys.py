@@ -13,12 +13,13 @@ from cleanup.exceptions import TransientError
 from cleanup.queues.backlog import backlog_body
 from cleanup.queues.backlog_drain import Message, clean, dead_letter_target
 from cleanup.queues.integrity import seal
+from cleanup.queues.integrity_check import verify
 from schemas.outcomes import Outcome, Status
 from schemas.records import StreamRecord, read_record
 from tests.faults import Cut, Faults
-from tests.queues import on_queue
+from tests.queues import on_queue, send
 from tests.stack import SessionStack, client
-from worker import lambda_handler
+from worker import cli, lambda_handler
 
 
 def new_queue(name: str, dead_letters: str | None = None) -> str:
@@ -37,16 +38,11 @@ def backlog_with_dead_letters(stack: SessionStack) -> tuple[str, str]:
     return new_queue(f"backlog-{stack.table}", dead), dead
 
 
-def held_message(stack: SessionStack, session: str, remaining: list[str] | None = None, **settings: Any) -> str:
-    """The backlog message of ``session``'s REMOVE, as the stream's worker defers it, tagged with ``settings``' key."""
+def held_message(stack: SessionStack, session: str, remaining: list[str] | None = None) -> str:
+    """The backlog message of ``session``'s REMOVE, as the stream's worker defers it (``remaining``: the actions it
+    names as left, all when None)."""
     [raw] = [raw for raw in stack.new_records() if raw["eventName"] == "REMOVE"]
-    record = read_record(raw)
-    assert isinstance(record, StreamRecord)
-    outcome = Outcome(sequence_number=record.sequence_number, status=Status.DEFERRED, error="no turn")
-    body = json.loads(backlog_body(outcome, record))
-    if remaining is not None:
-        body["remaining"] = remaining
-    return seal(json.dumps(body), stack.runtime(**settings))
+    return tag_as_held(stack, raw, remaining)
 
 
 def ended(stack: SessionStack, name: str) -> dict[str, Any]:
@@ -119,3 +115,75 @@ def test_a_cut_get_queue_url_answer_keeps_a_refused_message_in_the_backlog(stack
     left = clean([refused], runtime, Deadline.after(30))
 
     assert left == [refused] and on_queue(dead) == []  # kept where it is, moved once SQS answers
+
+
+def hmac_key(stack: SessionStack) -> str:
+    """A new HMAC key: what a rotation makes INTEGRITY_KEY_ID."""
+    made = stack.kms.create_key(Description="rotated", KeySpec="HMAC_256", KeyUsage="GENERATE_VERIFY_MAC")
+    return str(made["KeyMetadata"]["Arn"])
+
+
+def test_a_message_tagged_with_a_previous_key_is_trusted_after_a_rotation(stack: SessionStack) -> None:
+    session = ended(stack, "rotated")
+    message = Message("m1", held_message(stack, "rotated"), "rh")  # tagged with the key in use before
+    backlog, dead = backlog_with_dead_letters(stack)
+    rotated = hmac_key(stack)
+    runtime = stack.runtime(
+        backlog_queue_url=backlog, integrity_key_id=rotated, integrity_previous_key_ids=stack.mac_key_arn
+    )
+
+    left = clean([message], runtime, Deadline.after(30))
+
+    assert left == [] and on_queue(dead) == []
+    assert freed(stack, session)
+
+
+def test_a_previous_key_alone_never_vouches_for_a_message(stack: SessionStack) -> None:
+    session = ended(stack, "no-current")
+    message = Message("m1", held_message(stack, "no-current"), "rh")
+    backlog, dead = backlog_with_dead_letters(stack)
+    runtime = stack.runtime(
+        backlog_queue_url=backlog, integrity_key_id=None, integrity_previous_key_ids=stack.mac_key_arn
+    )
+
+    assert clean([message], runtime, Deadline.after(30)) == [] and on_queue(dead) == [message.body]
+    assert kept(stack, session)
+
+
+def test_retag_tags_the_messages_of_a_queue_again_with_the_new_key_and_keeps_what_it_cannot_vouch_for(
+    worker_env: SessionStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = worker_env
+    sessions = [ended(stack, "old-1"), ended(stack, "old-2")]
+    [first, second] = [raw for raw in stack.new_records() if raw["eventName"] == "REMOVE"]
+    tagged = [tag_as_held(stack, raw) for raw in (first, second)]
+    forged = json.dumps({**json.loads(tagged[0]), "remaining": ["grant"]})  # changed after tagging
+    on_failure = json.dumps({"DDBStreamBatchInfo": {"streamArn": stack.stream_arn, "shardId": "s"}})
+    queue = new_queue(f"retag-{stack.table}")
+    send(queue, *tagged, forged, on_failure)
+    rotated = hmac_key(stack)
+    monkeypatch.setenv("INTEGRITY_KEY_ID", rotated)
+    monkeypatch.setenv("INTEGRITY_PREVIOUS_KEY_IDS", stack.mac_key_arn)
+
+    code = cli.main(["retag", "--queue-url", queue, "--wait-seconds", "0", "--json"])
+
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 1 and (summary["retagged"], summary["untagged"], summary["refused"]) == (2, 1, 1)
+    left = on_queue(queue)
+    assert forged in left and on_failure in left and len(left) == 4  # nothing lost, the forged one kept as it was
+    only_new = stack.runtime(integrity_key_id=rotated)
+    retagged = [Message(f"m{n}", body, "rh") for n, body in enumerate(left) if body not in (forged, on_failure)]
+    assert [verify(json.loads(message.body), only_new) for message in retagged] == [rotated, rotated]
+    assert clean(retagged, only_new, Deadline.after(30)) == []  # the previous key no longer needed
+    assert all(freed(stack, session) for session in sessions)
+
+
+def tag_as_held(stack: SessionStack, raw: dict[str, Any], remaining: list[str] | None = None) -> str:
+    """``raw``'s backlog message, tagged with the stack's integrity key."""
+    record = read_record(raw)
+    assert isinstance(record, StreamRecord)
+    outcome = Outcome(sequence_number=record.sequence_number, status=Status.DEFERRED, error="no turn")
+    body = json.loads(backlog_body(outcome, record))
+    if remaining is not None:
+        body["remaining"] = remaining
+    return seal(json.dumps(body), stack.runtime())

@@ -23,7 +23,7 @@ from botocore.exceptions import BotoCoreError
 AWS_FREE = frozenset({"demo", "health"})
 """Sub-commands that make no AWS call of their own (the demo brings its own embedded AWS)."""
 
-ONE_SHOT = frozenset({"replay", "capture", "redrive", "sweep", "reconcile", "check", "status"})
+ONE_SHOT = frozenset({"replay", "capture", "redrive", "retag", "sweep", "reconcile", "check", "status"})
 """Sub-commands whose printed report is their output (``run``, ``kcl`` and ``drain`` are services: logs are theirs)."""
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -47,6 +47,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "redrive": (
         "cleanup-worker redrive --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-on-failure",
+    ),
+    "retag": (
+        "INTEGRITY_PREVIOUS_KEY_IDS=<old key ARN> cleanup-worker retag --queue-url "
+        "https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-backlog",
     ),
     "sweep": ("cleanup-worker sweep --table-name sessions", "EXPIRY_INDEX=expiry-index cleanup-worker sweep --verbose"),
     "reconcile": ("cleanup-worker reconcile", "cleanup-worker reconcile --json"),
