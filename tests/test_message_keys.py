@@ -20,6 +20,7 @@ from tests.faults import Cut, Faults
 from tests.queues import on_queue, send
 from tests.stack import SessionStack, client
 from worker import cli, lambda_handler
+from worker.local.gateway import LocalGateway
 
 
 def new_queue(name: str, dead_letters: str | None = None) -> str:
@@ -187,3 +188,41 @@ def tag_as_held(stack: SessionStack, raw: dict[str, Any], remaining: list[str] |
     if remaining is not None:
         body["remaining"] = remaining
     return seal(json.dumps(body), stack.runtime())
+
+
+def test_a_message_held_for_connection_is_cleaned_by_http_close_once_the_deployment_switched(
+    stack: SessionStack, gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Paused with ACTIONS' default, switched to http-close as docs/actions.md recommends, resumed.
+    socket = gateway.connect()
+    session = stack.put_session("switched", connection_id=socket.connection_id)
+    stack.delete("switched")
+    message = Message("m1", held_message(stack, "switched", ["connection", "grant", "scratch", "registry"]), "rh")
+    monkeypatch.setenv("ACTIONS", "http-close,grant,scratch,registry")
+    monkeypatch.setenv("CLOSE_URL", f"{gateway.callback_url}/@connections/{{connectionId}}")
+    monkeypatch.setenv("ALLOWED_CLOSE_HOSTS", "127.0.0.1")
+    backlog, dead = backlog_with_dead_letters(stack)
+
+    left = clean([message], stack.runtime(backlog_queue_url=backlog), Deadline.after(30))
+
+    assert left == [] and on_queue(dead) == []
+    assert gateway.wait_gone(socket.connection_id) and freed(stack, session)
+
+
+def test_a_kind_no_longer_configured_is_reported_as_its_own_failure_and_the_others_are_freed(
+    stack: SessionStack,
+) -> None:
+    session = ended(stack, "plugin-gone")
+    message = Message("m1", held_message(stack, "plugin-gone", ["rooms-plugin", "grant", "scratch"]), "rh")
+    backlog, dead = backlog_with_dead_letters(stack)
+    letters = new_queue(f"dead-letters-{stack.table}")
+    runtime = stack.runtime(backlog_queue_url=backlog, dead_letter_queue_url=letters)
+
+    left = clean([message], runtime, Deadline.after(30))
+
+    assert left == [] and on_queue(dead) == []  # done: its record is dead-lettered for the kind left
+    assert freed(stack, session)
+    [letter] = [json.loads(body) for body in on_queue(letters)]
+    failed = [action for action in letter["actions"] if action["status"] == "failed"]
+    assert [(a["action"], a["permanent"]) for a in failed] == [("rooms-plugin", True)]
+    assert "not in ACTIONS" in failed[0]["error"]

@@ -49,8 +49,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "cleanup-worker redrive --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-on-failure",
     ),
     "retag": (
-        "INTEGRITY_PREVIOUS_KEY_IDS=<old key ARN> cleanup-worker retag --queue-url "
-        "https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-backlog",
+        "cleanup-worker retag --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-backlog",
+        "cleanup-worker retag --function-name cleanup-drain --queue-url <BacklogDeadLetterQueueUrl> --json",
     ),
     "sweep": ("cleanup-worker sweep --table-name sessions", "EXPIRY_INDEX=expiry-index cleanup-worker sweep --verbose"),
     "reconcile": ("cleanup-worker reconcile", "cleanup-worker reconcile --json"),
