@@ -548,6 +548,19 @@ SESSION_SHAPE = frozenset(
 """The settings that shape what a session is and what it holds: every deployed function that reads records or items
 has them, from the same template parameters (a function reading another shape would skip or misread sessions)."""
 
+
+def variables() -> tuple[str, ...]:
+    """Every environment variable the worker's settings read (``Settings``, every alias, the actions', ``ATTR_*``)."""
+    names = []
+    for name, field in Settings.model_fields.items():
+        if name == "attributes":
+            continue
+        alias = field.validation_alias
+        names += [str(choice) for choice in alias.choices] if isinstance(alias, AliasChoices) else [name.upper()]
+    names += [name.upper() for model in (ActionSettings, HttpCloseSettings) for name in model.model_fields]
+    return (*names, *(f"ATTR_{name.upper()}" for name in AttributeNames.model_fields))
+
+
 NOT_DEPLOYED = {
     "RACE_CHECK": "the fence is never turned off in a deployment (tests and benchmarks only)",
     "CALL_WAIT_SECONDS": "bounds waits where no deadline does: containers, commands (Lambda has its invocation's)",

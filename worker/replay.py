@@ -7,7 +7,11 @@ deleted).
 
 Only SESSION_TABLE's records are sessions (a file may name any table): without it the command refuses to start.
 
-Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors.
+A SESSION_TABLE that does not exist is a configuration error (exit 2), checked before any record is read; so is a
+replay whose every record names another table (each is skipped, and nothing would ever be cleaned).
+
+Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors (a SESSION_TABLE
+that does not exist, or that no record of the replay belongs to).
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from cleanup.aws.calls import call_or_gone
 from cleanup.core.classify import item_key
 from cleanup.core.pipeline import run_batch
-from cleanup.exceptions import SourceFileError
+from cleanup.exceptions import CleanupError, SourceFileError
 from cleanup.operations.sources import Entry, FileReader, FileRecord, Location, Rejected
 from cleanup.runtime import Runtime, require_session_table
 from schemas.outcomes import ActionResult, Outcome, Status
@@ -44,10 +49,26 @@ def main(args: argparse.Namespace) -> int:
     """Read the settings from the environment, replay the files, print the report."""
     runtime = Runtime.from_env(**(DRY_RUN if args.dry_run else {}))
     try:
-        require_session_table(runtime.settings)
+        table = require_session_table(runtime.settings)
+        if not table_exists(runtime, table):
+            print(
+                f"cleanup-worker replay: SESSION_TABLE {table!r} does not exist (DescribeTable): fix SESSION_TABLE "
+                "(or take the function's settings with --function-name)",
+                file=sys.stderr,
+            )
+            return ExitCode.USAGE
         return run(args, runtime)
     finally:
         runtime.close()
+
+
+def table_exists(runtime: Runtime, table: str) -> bool:
+    """Whether ``table`` exists; True when DynamoDB cannot say now (each record's own read then tells)."""
+    dynamodb, gone = runtime.clients.dynamodb, ("ResourceNotFoundException",)
+    try:
+        return call_or_gone(dynamodb.describe_table, "DescribeTable", None, gone, TableName=table) is not None
+    except CleanupError:
+        return True
 
 
 # A dry run changes nothing: it previews each step and sends nothing to the dead-letter queue or to metrics.
@@ -85,6 +106,15 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
         print(f"cleanup-worker replay: no records in {names}: nothing to replay", file=sys.stderr)
         return ExitCode.USAGE
     show.end(report)
+    if report.foreign == report.records:
+        tables = ", ".join(repr(name) for name in sorted(report.tables))
+        print(
+            f"cleanup-worker replay: every record is an item of {tables}, none of SESSION_TABLE "
+            f"{runtime.settings.session_table!r}: nothing was cleaned; fix SESSION_TABLE (or take the function's "
+            "settings with --function-name)",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     return ExitCode.FAILED if report.failures() else ExitCode.OK
 
 
@@ -108,7 +138,7 @@ def replay_chunks(entries: Iterable[Entry], runtime: Runtime, chunk: int | None 
             outcome = _blocked(entry, blocked[index]) if index in blocked else next(done)
             if outcome.failed and _key(entry) and _key(entry) not in failed_items:
                 failed_items[_key(entry)] = outcome.sequence_number
-            results.append(Result(outcome, entry.location))
+            results.append(Result(outcome, entry.location, _other_table(entry, runtime.settings.session_table)))
         yield results
 
 
@@ -124,6 +154,12 @@ def _chunks(entries: Iterable[Entry], size: int) -> Iterator[list[Entry]]:
             batch, records = [], 0
     if batch:
         yield batch
+
+
+def _other_table(entry: FileRecord, session_table: str | None) -> str | None:
+    """The table ``entry``'s record names, when it is not SESSION_TABLE (None: SESSION_TABLE's, or it names none)."""
+    table = entry.record.table if isinstance(entry.record, StreamRecord) else None
+    return table if table is not None and table != session_table else None
 
 
 def _key(entry: FileRecord) -> str:
@@ -147,6 +183,8 @@ def _blocked(entry: FileRecord, blocker: str) -> Outcome:
 class Result:
     outcome: Outcome
     location: Location
+    other_table: str | None = None
+    """The table the record names, when it is not SESSION_TABLE."""
 
 
 Row = Result | Rejected
@@ -160,6 +198,9 @@ class Report:
     counts: Counter[Status] = field(default_factory=Counter)
     failed: list[Result] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    foreign: int = 0
+    """Records of another table than SESSION_TABLE."""
+    tables: set[str] = field(default_factory=set)
 
     @property
     def records(self) -> int:
@@ -171,6 +212,9 @@ class Report:
                 self.rejected.append(result)
                 continue
             self.counts[result.outcome.status] += 1
+            if result.other_table is not None:
+                self.foreign += 1
+                self.tables.add(result.other_table)
             if result.outcome.failed:
                 self.failed.append(result)
 

@@ -25,8 +25,11 @@ alone and kept; the other messages go on.
 Only SESSION_TABLE's records are sessions: an on-failure message naming another table's DynamoDB stream is refused
 (reported and kept, nothing read), and a record naming another table is skipped (``cleanup.core.classify``).
 
-A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or skipped, none lost, and
-its stored object (if any) deleted; or its stored record gone and reported.
+A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or already clean (an insert
+or a modify needs nothing), none skipped, failed or lost, and its stored object (if any) deleted; or its stored
+record gone and reported. A removal skipped is not clean: it was judged under the settings of this run (a session
+key prefix, attribute names, SESSION_TABLE), which may not be the function's; its message stays, and the skip is
+reported with its reason (``cleanup-worker redrive --function-name`` runs with the function's own settings).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify
 from cleanup.runtime import Runtime
-from schemas.outcomes import Outcome
+from schemas.outcomes import Outcome, Status
 from schemas.records import RecordError, Source, read_record, stream_table
 from schemas.settings import CleanupMode
 
@@ -72,20 +75,48 @@ class MessageResult:
     """The stored record is lost, not redriven: why, and what to do (the message is saved and reported once)."""
 
     @property
+    def cleaned(self) -> list[Outcome]:
+        """The records cleaned, or already clean (in a dry run: planned, as an enforce run would clean them)."""
+        return [o for o in self.outcomes if o.status in (Status.CLEANED, Status.PLANNED)]
+
+    @property
+    def skipped(self) -> list[Outcome]:
+        """The removals skipped under this run's settings (not a session, another table or region): the settings may
+        be what is wrong (a shell that is not the function's), so a skip is not taken for clean."""
+        return [o for o in self.outcomes if o.status is Status.SKIPPED and o.event_name == REMOVE]
+
+    @property
+    def ignored(self) -> list[Outcome]:
+        """The records that are no removal (an insert, a modify): nothing to clean, whatever the settings."""
+        return [o for o in self.outcomes if o.status is Status.SKIPPED and o.event_name != REMOVE]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.failed]
+
+    @property
     def clean(self) -> bool:
-        """Every record cleaned or skipped, none lost."""
-        return (
-            not self.error
-            and not self.lost
-            and not self.missing
-            and not self.gone
-            and not any(o.failed for o in self.outcomes)
-        )
+        """Every record cleaned or already clean (or no removal), none skipped, failed or lost."""
+        return self.clean_but_skipped and not self.skipped
+
+    @property
+    def clean_but_skipped(self) -> bool:
+        """Every record cleaned or already clean but for removals skipped, none failed or lost."""
+        waiting = any(o.status is Status.DEFERRED for o in self.outcomes)
+        return not (self.error or self.lost or self.missing or self.gone or self.failed or waiting)
 
     @property
     def settled(self) -> bool:
         """The message may go: it is clean, or its stored record is gone and its report saved."""
         return self.clean or (self.gone is not None and not self.error)
+
+    def deletable(self, *, skipped_ok: bool = False) -> bool:
+        """Whether the message may be deleted: it is settled; or, with ``skipped_ok`` (``--delete-skipped``: the
+        operator read the reasons and takes them), every record is clean but for those skipped."""
+        return self.settled or (skipped_ok and self.clean_but_skipped)
+
+
+REMOVE = "REMOVE"
 
 
 def redrive(body: str, runtime: Runtime) -> MessageResult:
