@@ -22,7 +22,6 @@ from tests.queues import on_queue, send
 from tests.stack import SessionStack, client
 from tests.test_connection_pattern import PATTERN, end
 from worker import cli
-from worker.function_settings import changes
 from worker.local.gateway import LocalGateway
 
 EVENTS = Path(__file__).parent / "events"
@@ -213,6 +212,8 @@ def write_records(stack: SessionStack, path: Path) -> Path:
 
 
 def test_the_functions_settings_replace_the_shells_but_for_a_dry_run_and_the_commands_output() -> None:
+    from worker.function_settings import changes
+
     function = {"ATTR_TTL": "expires_at", "CLEANUP_MODE": "enforce", "LOG_LEVEL": "INFO", "AWS_REGION": "eu-west-1"}
     shell = {"ATTR_PK": "id", "CLEANUP_MODE": "dry-run", "LOG_LEVEL": "WARNING", "AWS_REGION": "us-east-1"}
 
