@@ -19,6 +19,10 @@ covers the message and its object together, and a tag over 1 MiB would need a di
 A message written untagged (before INTEGRITY_KEY_ID was set, or without it) cannot be vouched for either: it is
 refused like a forged one, and kept for an operator to inspect and redrive by hand.
 
+KMS cannot rotate an HMAC key in place: a rotation is a new INTEGRITY_KEY_ID, the keys it replaced listed in
+INTEGRITY_PREVIOUS_KEY_IDS, which verify a tag and never make one; ``cleanup-worker retag`` tags the messages in
+flight again with the new key (:mod:`cleanup.operations.retag`).
+
 A Lambda on-failure message carries no tag and needs none: it holds only a stream, a shard and a range of sequence
 numbers, and redrive reads the records themselves again from SESSION_TABLE's stream (another stream is refused). A
 forged range can only name records the stream really holds, each cleaned through the same fence as on its first

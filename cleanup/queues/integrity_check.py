@@ -84,9 +84,10 @@ def refused(runtime: Runtime, message_id: str, reason: str, error: str, where: s
         extra={
             "messageId": message_id,
             "error": error,
-            "todo": "inspect the message: if the worker wrote it (a tag lost to an untagged upgrade or a changed "
-            "INTEGRITY_KEY_ID), clean its session by hand or tag it again; otherwise find who could send to the "
-            "queue or write under DEAD_LETTER_PREFIX",
+            "todo": "inspect the message: if the worker wrote it with a key INTEGRITY_KEY_ID replaced, list that key "
+            "in INTEGRITY_PREVIOUS_KEY_IDS and run cleanup-worker retag on the queue; if it lost its tag to an "
+            "untagged upgrade, clean its session by hand; otherwise find who could send to the queue or write under "
+            "DEAD_LETTER_PREFIX",
         },
     )
 
