@@ -132,6 +132,13 @@ class HttpCloseSettings(BaseSettings):
     close_sigv4_service: str | None = None
     """CLOSE_SIGV4_SERVICE: sign the close call with SigV4 for this service (``execute-api`` for an API Gateway,
     ``lambda`` for a Lambda function URL), with the worker's credentials and region; unset: unsigned."""
+    close_gone_statuses: str = "410"
+    """CLOSE_GONE_STATUSES: comma-separated HTTP statuses the gateway answers a close with for a connection that is
+    already closed (``already-done``); any other answer but a 2xx is a failure. 4xx only, not 429 (a 404 is what a
+    wrong path answers too: list it only if the gateway answers it for a closed connection, which ``check`` tries)."""
+    close_id_pattern: str = r"[A-Za-z0-9._~:=+/-]{1,256}"
+    """CLOSE_ID_PATTERN: a regular expression the whole connection id must match (after CONNECTION_ID_PATTERN) to be
+    sent; an id that does not, and an empty, ``.`` or ``..`` id, fails its record (permanent) and is never sent."""
 
     @field_validator("close_url")
     @classmethod
@@ -146,6 +153,29 @@ class HttpCloseSettings(BaseSettings):
         if value.upper() not in ("DELETE", "POST", "PUT", "GET"):
             raise ValueError(f"expected DELETE, POST, PUT or GET, got {value[:20]!r}")
         return value.upper()
+
+    @field_validator("close_gone_statuses")
+    @classmethod
+    def _gone(cls, value: str) -> str:
+        statuses = [status.strip() for status in value.split(",") if status.strip()]
+        bad = [status for status in statuses if not (status.isdigit() and 400 <= int(status) < 500 and status != "429")]
+        if not statuses or bad:
+            raise ValueError(f"expected comma-separated 4xx statuses other than 429 (e.g. 410), got {value[:60]!r}")
+        return ",".join(statuses)
+
+    @field_validator("close_id_pattern")
+    @classmethod
+    def _id_pattern(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"CLOSE_ID_PATTERN is not a regular expression ({exc}): {value[:200]!r}") from exc
+        return value
+
+    @property
+    def gone(self) -> frozenset[int]:
+        """CLOSE_GONE_STATUSES, as numbers."""
+        return frozenset(int(status) for status in self.close_gone_statuses.split(","))
 
 
 class Settings(BaseSettings):

@@ -17,7 +17,8 @@ from cleanup.aws.answers import needed
 from cleanup.aws.calls import call, call_or_gone
 from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError
-from schemas.settings import DEAD_LETTER_OVERLAP_FIX, dead_letter_overlap
+from cleanup.operations.close_check import probe_close
+from schemas.settings import DEAD_LETTER_OVERLAP_FIX, HttpCloseSettings, dead_letter_overlap
 
 OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
 TTL_ON = ("ENABLED", "ENABLING")
@@ -43,6 +44,8 @@ class Target:
     expiry_bucket_attribute: str = "expiryBucket"
     backlog_queue_url: str | None = None
     integrity_key_id: str | None = None
+    close: HttpCloseSettings | None = None
+    """The http-close action's settings, when ACTIONS enables it."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +293,12 @@ def check_backlog_integrity(clients: Clients, target: Target) -> CheckResult | N
     return CheckResult(name, True, target.integrity_key_id)
 
 
+def check_http_close(clients: Clients, target: Target) -> CheckResult | None:
+    """With http-close enabled, the gateway answers a close for a connection nobody has with exactly
+    CLOSE_GONE_STATUSES (``cleanup.operations.close_check``). Only said when http-close is enabled."""
+    return None if target.close is None else CheckResult(*probe_close(target.close))
+
+
 CHECKS: tuple[Check, ...] = (
     check_table,
     check_ttl,
@@ -302,6 +311,7 @@ CHECKS: tuple[Check, ...] = (
     check_registry,
     check_expiry_index,
     check_backlog_integrity,
+    check_http_close,
 )
 
 
