@@ -34,7 +34,8 @@ from typing import IO, Any
 
 from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, PermanentError
-from cleanup.operations.redrive import MessageResult, redrive
+from cleanup.operations.redrive import redrive
+from cleanup.operations.redrive_result import MessageResult
 from cleanup.runtime import Runtime, require_session_table
 from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
