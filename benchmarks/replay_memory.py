@@ -60,7 +60,7 @@ def peak_rss_mb(path: Path, source: str | None = None) -> tuple[float, dict[str,
         "AWS_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # never called: nothing in the files is a session
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # refuses replay's DescribeTable; nothing in the files is a session
         "SESSION_TABLE": "sessions",  # the table the records come from (replay trusts no other's)
         "METRICS_DESTINATION": "off",
         "LOG_LEVEL": "WARNING",

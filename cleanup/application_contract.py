@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
 from cleanup.expiry.convention import DEFAULT_NAMES as DEFAULT_NAMES  # re-exported: the contract's names
@@ -82,7 +83,7 @@ def create_session_grant(
         RetiringPrincipal=retiring_principal,
         Name=grant_name(session_id),
     )
-    return str(answer["GrantId"])
+    return str(needed(answer, "CreateGrant", "GrantId", kind=str))
 
 
 def join_room(

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from cleanup.actions.api import ActionKind, ClientSender, ReadOnlyClients
 from cleanup.actions.loading import BUILT_IN, instances, load_kinds
 from cleanup.aws import permits
+from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.aws.retry import Deadline
@@ -213,13 +214,20 @@ class Runtime:
         """``table``'s key attributes (partition key, then sort key): asked once per process (DescribeTable).
 
         Raises:
-            TransientError / PermanentError: the table could not be described (nothing is cached then).
+            TransientError / PermanentError: the table could not be described, or its answer names no key schema
+                (nothing is cached then).
         """
 
         def ask() -> tuple[str, ...]:
             described = call(self.clients.dynamodb.describe_table, "DescribeTable", deadline, TableName=table)
-            schema = sorted(described["Table"]["KeySchema"], key=lambda key: key["KeyType"] != "HASH")
-            return tuple(str(key["AttributeName"]) for key in schema)
+            schema = needed(described, "DescribeTable", "Table", "KeySchema", kind=list)
+            keys = {
+                needed(key, "DescribeTable", "KeyType"): needed(key, "DescribeTable", "AttributeName", kind=str)
+                for key in schema
+            }
+            if "HASH" not in keys:
+                raise missing("DescribeTable", ("Table", "KeySchema", "HASH"))
+            return tuple(str(keys[kind]) for kind in ("HASH", "RANGE") if kind in keys)
 
         return self._table_keys.get(table, ask)
 

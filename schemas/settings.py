@@ -132,6 +132,13 @@ class HttpCloseSettings(BaseSettings):
     close_sigv4_service: str | None = None
     """CLOSE_SIGV4_SERVICE: sign the close call with SigV4 for this service (``execute-api`` for an API Gateway,
     ``lambda`` for a Lambda function URL), with the worker's credentials and region; unset: unsigned."""
+    close_gone_statuses: str = "410"
+    """CLOSE_GONE_STATUSES: comma-separated HTTP statuses the gateway answers a close with for a connection that is
+    already closed (``already-done``); any other answer but a 2xx is a failure. 4xx only, not 429 (a 404 is what a
+    wrong path answers too: list it only if the gateway answers it for a closed connection, which ``check`` tries)."""
+    close_id_pattern: str = r"[A-Za-z0-9._~:=+/-]{1,256}"
+    """CLOSE_ID_PATTERN: a regular expression the whole connection id must match (after CONNECTION_ID_PATTERN) to be
+    sent; an id that does not, and an empty, ``.`` or ``..`` id, fails its record (permanent) and is never sent."""
 
     @field_validator("close_url")
     @classmethod
@@ -146,6 +153,29 @@ class HttpCloseSettings(BaseSettings):
         if value.upper() not in ("DELETE", "POST", "PUT", "GET"):
             raise ValueError(f"expected DELETE, POST, PUT or GET, got {value[:20]!r}")
         return value.upper()
+
+    @field_validator("close_gone_statuses")
+    @classmethod
+    def _gone(cls, value: str) -> str:
+        statuses = [status.strip() for status in value.split(",") if status.strip()]
+        bad = [status for status in statuses if not (status.isdigit() and 400 <= int(status) < 500 and status != "429")]
+        if not statuses or bad:
+            raise ValueError(f"expected comma-separated 4xx statuses other than 429 (e.g. 410), got {value[:60]!r}")
+        return ",".join(statuses)
+
+    @field_validator("close_id_pattern")
+    @classmethod
+    def _id_pattern(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"CLOSE_ID_PATTERN is not a regular expression ({exc}): {value[:200]!r}") from exc
+        return value
+
+    @property
+    def gone(self) -> frozenset[int]:
+        """CLOSE_GONE_STATUSES, as numbers."""
+        return frozenset(int(status) for status in self.close_gone_statuses.split(","))
 
 
 class Settings(BaseSettings):
@@ -238,6 +268,10 @@ class Settings(BaseSettings):
     """INTEGRITY_KEY_ID: the KMS HMAC key (HMAC_256) that tags every dead-letter and backlog message the worker
     writes (GenerateMac) and that the drain and redrive verify (VerifyMac) before they free anything a message names.
     Unset: messages are written untagged, and the drain and redrive free nothing from one (they keep it)."""
+    integrity_previous_key_ids: str = ""
+    """INTEGRITY_PREVIOUS_KEY_IDS: comma-separated ARNs of HMAC keys INTEGRITY_KEY_ID replaced, accepted to verify a
+    message's tag (never to make one): a message tagged before a rotation is still trusted while it waits, and
+    ``cleanup-worker retag`` tags it again with INTEGRITY_KEY_ID (docs/operate.md, "Rotating the integrity key")."""
     max_concurrency: int = Field(default=32, ge=1, le=512)
     """MAX_CONCURRENCY: records cleaned at once (threads; the HTTP pool is sized to match)."""
     retry_attempts: int = Field(default=4, ge=1, le=20)
@@ -417,6 +451,18 @@ class Settings(BaseSettings):
             )
         return keys
 
+    @field_validator("integrity_previous_key_ids")
+    @classmethod
+    def _previous_keys_are_key_arns(cls, keys: str) -> str:
+        # The drain's role may verify with the keys the template names, by ARN: another spelling would never verify.
+        bad = [key.strip() for key in keys.split(",") if key.strip() and not KMS_KEY_ARN.fullmatch(key.strip())]
+        if bad:
+            raise ValueError(
+                "INTEGRITY_PREVIOUS_KEY_IDS must list key ARNs (arn:aws:kms:<region>:<account>:key/<key-id>), not "
+                + ", ".join(repr(key) for key in bad)
+            )
+        return keys
+
     @field_validator("metrics_destination")
     @classmethod
     def _metrics_destination_is_known(cls, destination: str) -> str:
@@ -504,6 +550,15 @@ class Settings(BaseSettings):
         return self.backlog_queue_url if self.integrity_key_id else None
 
     @property
+    def integrity_keys(self) -> tuple[str, ...]:
+        """The keys a message's tag may verify with: INTEGRITY_KEY_ID first, then INTEGRITY_PREVIOUS_KEY_IDS (none
+        without INTEGRITY_KEY_ID: a previous key alone never vouches for anything)."""
+        if not self.integrity_key_id:
+            return ()
+        previous = [key.strip() for key in self.integrity_previous_key_ids.split(",") if key.strip()]
+        return tuple(dict.fromkeys([self.integrity_key_id, *previous]))
+
+    @property
     def dead_letter_store(self) -> str | None:
         """The bucket of records too large for a dead-letter message: DEAD_LETTER_BUCKET, else SCRATCH_BUCKET."""
         return self.dead_letter_bucket or self.scratch_bucket
@@ -529,6 +584,19 @@ SESSION_SHAPE = frozenset(
 )
 """The settings that shape what a session is and what it holds: every deployed function that reads records or items
 has them, from the same template parameters (a function reading another shape would skip or misread sessions)."""
+
+
+def variables() -> tuple[str, ...]:
+    """Every environment variable the worker's settings read (``Settings``, every alias, the actions', ``ATTR_*``)."""
+    names = []
+    for name, field in Settings.model_fields.items():
+        if name == "attributes":
+            continue
+        alias = field.validation_alias
+        names += [str(choice) for choice in alias.choices] if isinstance(alias, AliasChoices) else [name.upper()]
+    names += [name.upper() for model in (ActionSettings, HttpCloseSettings) for name in model.model_fields]
+    return (*names, *(f"ATTR_{name.upper()}" for name in AttributeNames.model_fields))
+
 
 NOT_DEPLOYED = {
     "RACE_CHECK": "the fence is never turned off in a deployment (tests and benchmarks only)",

@@ -65,3 +65,25 @@ class Unprocessed:
             self.remaining -= 1
         body = json.dumps({"UnprocessedItems": requested}).encode()
         return AWSResponse(request.url, 200, {"Content-Type": "application/x-amz-json-1.0"}, RawBody(body))
+
+
+class Cut:
+    """Makes the next ``times`` calls of ``operation`` answer 200 with ``body``: an empty or cut answer, which botocore
+    parses into an answer without the fields the call should carry."""
+
+    def __init__(self, client: Any, operation: str, body: bytes = b"", times: int = 1) -> None:
+        self.remaining = times
+        self.sent = 0
+        self.body = body
+        self._lock = threading.Lock()
+        service = client.meta.service_model.service_id.hyphenize()
+        client.meta.events.register(f"before-send.{service}.{operation}", self._answer)
+
+    def _answer(self, request: Any, **_: Any) -> AWSResponse | None:
+        with self._lock:
+            self.sent += 1
+            if self.remaining <= 0:
+                return None
+            self.remaining -= 1
+        headers = {"Content-Type": "application/x-amz-json-1.1", "Content-Length": str(len(self.body))}
+        return AWSResponse(request.url, 200, headers, RawBody(self.body))

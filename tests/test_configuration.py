@@ -25,6 +25,7 @@ COMMANDS = {
     "replay": ["replay", "no-such-file.json"],
     "capture": ["capture", "--stream-arn", f"{STREAM}/stream/1", "--out", os.devnull],
     "redrive": ["redrive", "--queue-url", "http://127.0.0.1:9/123456789012/none", "--wait-seconds", "0"],
+    "retag": ["retag", "--queue-url", "http://127.0.0.1:9/123456789012/none", "--wait-seconds", "0"],
     "drain": ["drain", "--queue-url", "http://127.0.0.1:9/123456789012/none", "--until-idle", "--wait", "0"],
     "sweep": ["sweep", "--table-name", "sessions"],
     "check": ["check"],

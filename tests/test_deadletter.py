@@ -154,7 +154,15 @@ def test_a_record_too_large_for_a_message_goes_through_s3_and_redrive_cleans_it(
     monkeypatch.setenv("KMS_KEY_ID", stack.key_arn)  # the cause, fixed
     code = cli.main(["redrive", "--queue-url", queue, "--wait-seconds", "0", "--json"])
 
-    assert (code, json.loads(capsys.readouterr().out)) == (0, {"messages": 1, "deleted": 1, "kept": []})
+    assert (code, json.loads(capsys.readouterr().out)) == (
+        0,
+        {
+            "messages": 1,
+            "deleted": 1,
+            "records": {"cleaned": 1, "skipped": 0, "failed": 0, "notRemovals": 0},
+            "kept": [],
+        },
+    )
     assert item["grantId"] not in stack.grant_ids()
     assert stack.objects(item["scratchPrefix"]) == []
     # The record's object is gone; the marker saying it was redriven stays, for a duplicate of its message.
@@ -230,7 +238,15 @@ def test_a_duplicate_message_of_a_stored_record_is_deleted_once_the_record_is_re
     second = redrive(capsys, queue)
 
     assert first[0] == 0 and (first[1]["messages"], first[1]["deleted"], first[1]["duplicates"]) == (2, 2, 1)
-    assert second == (0, {"messages": 0, "deleted": 0, "kept": []})
+    assert second == (
+        0,
+        {
+            "messages": 0,
+            "deleted": 0,
+            "records": {"cleaned": 0, "skipped": 0, "failed": 0, "notRemovals": 0},
+            "kept": [],
+        },
+    )
     assert messages(queue) == []
     assert key not in stack.objects("dead-letter/")
     assert item["grantId"] not in stack.grant_ids() and stack.objects(item["scratchPrefix"]) == []
@@ -255,7 +271,15 @@ def test_a_message_whose_object_was_lost_otherwise_is_reported_once_and_kept_in_
     assert report in lost["error"]
     saved = json.loads(stack.s3.get_object(Bucket=stack.bucket, Key=report)["Body"].read())
     assert saved["message"] == message
-    assert second == (0, {"messages": 0, "deleted": 0, "kept": []})
+    assert second == (
+        0,
+        {
+            "messages": 0,
+            "deleted": 0,
+            "records": {"cleaned": 0, "skipped": 0, "failed": 0, "notRemovals": 0},
+            "kept": [],
+        },
+    )
     assert messages(queue) == []
     assert item["grantId"] in stack.grant_ids()
 

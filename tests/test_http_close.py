@@ -3,6 +3,7 @@ against a real local gateway that tracks its open connections."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,32 +94,40 @@ def test_answers_are_transient_or_permanent(
     client.close()
 
 
-def test_a_host_not_allowed_is_refused_and_the_socket_kept(
-    stack: SessionStack, own_gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("variables", "refused"),
+    [
+        ({"ALLOWED_CLOSE_HOSTS": "gateway.example.com"}, "ALLOWED_CLOSE_HOSTS: CLOSE_URL's host '127.0.0.1'"),
+        (
+            {
+                "CLOSE_URL": "http://gateway.example.com/@connections/{connectionId}",
+                "ALLOWED_CLOSE_HOSTS": "gateway.example.com",
+            },
+            "CLOSE_URL: 'http' to 'gateway.example.com': only HTTPS",
+        ),
+        ({"CLOSE_URL": None}, "CLOSE_URL: not set, and ACTIONS enables http-close"),
+    ],
+)
+def test_a_close_url_the_worker_may_not_call_refuses_the_start_not_every_record(
+    stack: SessionStack,
+    own_gateway: LocalGateway,
+    monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str | None],
+    refused: str,
 ) -> None:
-    monkeypatch.setenv("ALLOWED_CLOSE_HOSTS", "gateway.example.com")
+    for name, value in variables.items():
+        if value is None:
+            monkeypatch.delenv(name)
+        else:
+            monkeypatch.setenv(name, value)
     client = own_gateway.connect()
     stack.put_session("h4", connection_id=client.connection_id)
     stack.delete("h4")
 
-    result = closing(clean(stack))
-
-    assert result.status is ActionStatus.FAILED and result.permanent and "ALLOWED_CLOSE_HOSTS" in (result.error or "")
+    with pytest.raises(ConfigurationError, match=re.escape(refused)):  # nothing runs, nothing is dead-lettered
+        stack.runtime()
     assert own_gateway.is_open(client.connection_id)
     client.close()
-
-
-def test_plain_http_is_refused_beyond_loopback(
-    stack: SessionStack, own_gateway: LocalGateway, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("CLOSE_URL", "http://gateway.example.com/@connections/{connectionId}")
-    monkeypatch.setenv("ALLOWED_CLOSE_HOSTS", "gateway.example.com")
-    stack.put_session("h5", connection_id="conn-h5")
-    stack.delete("h5")
-
-    result = closing(clean(stack))
-
-    assert result.status is ActionStatus.FAILED and result.permanent and "only HTTPS" in (result.error or "")
 
 
 def test_http_close_and_connection_are_never_enabled_together(

@@ -193,7 +193,7 @@ def test_lambda_dry_run_from_the_flag_frees_nothing(stack: SessionStack, agent: 
     stack.delete("s1")
     agent.serve(flag(True, "dry-run"))
 
-    with lambda_handler.warm.use(switched(stack, agent)):
+    with lambda_handler.warm.use(switched(stack, agent)), pytest.raises(PausedError):  # planned, and held
         lambda_handler.handler(stack.lambda_event(), None)
 
     assert kept(stack, item)

@@ -21,10 +21,10 @@ ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_ACCESS_KEY_ID": "test",
     "AWS_SECRET_ACCESS_KEY": "test",
-    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # never called: nothing in the file is a session
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # refuses the one call (DescribeTable) and then nothing is a session
     "METRICS_DESTINATION": "off",
     "LOG_LEVEL": "WARNING",
-    "SESSION_TABLE": "progress-sessions",  # replay refuses to start without one
+    "SESSION_TABLE": "sessions",  # the records' table: replay refuses a run whose every record is another table's
 }
 
 

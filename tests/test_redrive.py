@@ -53,7 +53,15 @@ def test_a_failed_batch_is_read_again_cleaned_and_its_message_deleted(worker_env
 
     code, summary = redrive(capsys, queue)
 
-    assert (code, summary) == (0, {"messages": 1, "deleted": 1, "kept": []})
+    assert (code, summary) == (
+        0,
+        {
+            "messages": 1,
+            "deleted": 1,
+            "records": {"cleaned": 2, "skipped": 0, "failed": 0, "notRemovals": 2},
+            "kept": [],
+        },
+    )
     assert stack.objects(first["scratchPrefix"]) == stack.objects(second["scratchPrefix"]) == []
     assert {first["grantId"], second["grantId"]}.isdisjoint(stack.grant_ids())
     assert on_queue(queue) == []
@@ -70,12 +78,30 @@ def test_a_dry_run_plans_every_record_and_deletes_no_message(worker_env, queue, 
 
     code, summary = redrive(capsys, queue)
 
-    assert (code, summary) == (0, {"messages": 1, "deleted": 0, "kept": [], "dryRun": True, "wouldDelete": 1})
+    assert (code, summary) == (
+        0,
+        {
+            "messages": 1,
+            "deleted": 0,
+            "records": {"cleaned": 1, "skipped": 0, "failed": 0, "notRemovals": 1},
+            "kept": [],
+            "dryRun": True,
+            "wouldDelete": 1,
+        },
+    )
     assert on_queue(queue) == [message]
     assert len(stack.objects(ended["scratchPrefix"])) == 3 and ended["grantId"] in stack.grant_ids()
 
     monkeypatch.setenv("CLEANUP_MODE", "enforce")
-    assert redrive(capsys, queue) == (0, {"messages": 1, "deleted": 1, "kept": []})
+    assert redrive(capsys, queue) == (
+        0,
+        {
+            "messages": 1,
+            "deleted": 1,
+            "records": {"cleaned": 1, "skipped": 0, "failed": 0, "notRemovals": 1},
+            "kept": [],
+        },
+    )
     assert stack.objects(ended["scratchPrefix"]) == [] and on_queue(queue) == []
 
 
@@ -187,8 +213,8 @@ def test_the_readable_report_says_what_was_deleted_and_kept(worker_env, queue, c
 
     out = capsys.readouterr().out
     assert code == 1
-    assert "on-failure   2 records, 2 clean  deleted" in out
-    assert "2 messages: 1 deleted, 1 kept" in out
+    assert "on-failure   2 records: 1 cleaned, 0 skipped, 0 failed, 1 not removals  deleted" in out
+    assert "2 messages: 1 deleted, 1 kept; records: 1 cleaned, 0 skipped, 0 failed" in out
 
 
 def test_each_message_is_reported_as_soon_as_it_is_redriven(worker_env, queue, capsys, monkeypatch):
@@ -213,7 +239,9 @@ def test_each_message_is_reported_as_soon_as_it_is_redriven(worker_env, queue, c
 
     assert code == 0
     assert printed_before[0] == ""
-    assert "2 records, 2 clean  deleted" in printed_before[1]  # the first message, before the second one ran
+    assert (
+        "2 records: 1 cleaned, 0 skipped, 0 failed, 1 not removals  deleted" in printed_before[1]
+    )  # the first message, before the second one ran
 
 
 def forged_removal(stack: SessionStack, live: dict[str, Any]) -> str:

@@ -70,7 +70,15 @@ def test_a_failed_kinesis_batch_is_read_again_from_the_stream_cleaned_and_its_me
 
     code, summary = redrive(capsys, queue)
 
-    assert (code, summary) == (0, {"messages": 1, "deleted": 1, "kept": []})
+    assert (code, summary) == (
+        0,
+        {
+            "messages": 1,
+            "deleted": 1,
+            "records": {"cleaned": 2, "skipped": 0, "failed": 0, "notRemovals": 2},
+            "kept": [],
+        },
+    )
     assert stack.objects(first["scratchPrefix"]) == stack.objects(second["scratchPrefix"]) == []
     assert {first["grantId"], second["grantId"]}.isdisjoint(stack.grant_ids())
     assert on_queue(queue) == []

@@ -86,6 +86,7 @@ CONDITIONS = {
     "HasKillSwitch": False,
     "ReconcileOtherKeys": False,
     "BindingOn": True,
+    "HasPreviousIntegrityKeys": False,
 }
 CLIENT_SERVICES = ("dynamodb", "s3", "kms", "sqs", "apigatewaymanagementapi")
 
@@ -525,7 +526,8 @@ def test_the_sweeper_may_delete_only_items_under_the_session_key_prefix(prefixed
         assert "Condition" not in delete or delete["Condition"] == NO_VALUE
 
 
-def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
+@pytest.mark.parametrize("operator", [True, False])
+def test_only_the_cleanup_function_and_the_operator_may_send_to_the_failure_queues(operator: bool) -> None:
     # Redrive cleans what these queues' messages name: a message from anyone else could name a live session.
     policy = resources("AWS::SQS::QueuePolicy")["FailureQueuesPolicy"]
     queues = [{"Fn::GetAtt": [name, "Arn"]} for name in ("DeadLetterQueue", "OnFailureQueue")]
@@ -553,7 +555,10 @@ def test_only_the_cleanup_function_may_send_to_the_failure_queues() -> None:
         "sqs:SendMessage",
         queues,
     )
-    assert deny["Condition"]["ArnNotEqualsIfExists"] == {"aws:PrincipalArn": role}
+    allowed = [role, {"Ref": "OperatorRoleArn"}] if operator else role  # the operator: cleanup-worker retag
+    assert resolved(deny["Condition"]["ArnNotEqualsIfExists"], HasOperatorRole=operator) == {
+        "aws:PrincipalArn": allowed
+    }
     assert deny["Condition"]["ArnNotLike"]["aws:SourceArn"][0] == function
     assert set(deny["Condition"]) == {"ArnNotEqualsIfExists", "ArnNotLike"}  # both must differ for the deny
 

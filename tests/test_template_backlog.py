@@ -4,12 +4,15 @@ is alarmed on and shown."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.capacity import DEFAULTS, Backlog, Mapping, Quotas
 from cleanup.queues.backlog_drain import release_seconds
 from tests.test_template import (
     attached,
     function,
     parameter,
+    resolved,
     resources,
     statements,
     stream_mapping,
@@ -50,7 +53,10 @@ def test_the_cleanup_function_defers_to_the_backlog_and_the_drain_does_not() -> 
     assert set(stream) - set(drain) == {"QUOTA_WAIT_SECONDS"}  # the same cleanup otherwise
     # each drain environment starts at its share of the stream's learnt rate: one of the mapping's invocations at once
     assert drain["BACKLOG_MAXIMUM_CONCURRENCY"] == {"Ref": "BacklogMaximumConcurrency"}
-    assert set(drain) - set(stream) == {"BACKLOG_MAXIMUM_CONCURRENCY"}
+    # and it verifies with the keys a rotation replaced, when there are any (the stream's function only tags)
+    assert set(drain) - set(stream) == {"BACKLOG_MAXIMUM_CONCURRENCY", "INTEGRITY_PREVIOUS_KEY_IDS"}
+    previous = resolved(drain["INTEGRITY_PREVIOUS_KEY_IDS"], HasPreviousIntegrityKeys=True)
+    assert previous == {"Ref": "IntegrityPreviousKeyArns"}
 
 
 def test_the_drain_runs_with_the_role_every_grant_names_as_retiring_principal() -> None:
@@ -91,7 +97,8 @@ def test_a_message_failing_again_and_again_reaches_the_dead_letter_queue_after_d
     assert 3 * DAY < hidden < 7 * DAY  # days of retries, and a week of its 14 days left to fix and redrive
 
 
-def test_only_the_cleanup_role_may_send_to_the_backlog_queues() -> None:
+@pytest.mark.parametrize("operator", [True, False])
+def test_only_the_cleanup_role_and_the_operator_may_send_to_the_backlog_queues(operator: bool) -> None:
     policy = resources("AWS::SQS::QueuePolicy")["BacklogQueuesPolicy"]["Properties"]
     role = {"Fn::GetAtt": ["CleanupRole", "Arn"]}
     arns = [BACKLOG_ARN, {"Fn::GetAtt": ["BacklogDeadLetterQueue", "Arn"]}]
@@ -111,7 +118,8 @@ def test_only_the_cleanup_role_may_send_to_the_backlog_queues() -> None:
         "sqs:SendMessage",
         arns,
     )
-    assert deny["Condition"] == {"ArnNotEquals": {"aws:PrincipalArn": role}}
+    allowed = [role, {"Ref": "OperatorRoleArn"}] if operator else role  # the operator: cleanup-worker retag
+    assert resolved(deny["Condition"], HasOperatorRole=operator) == {"ArnNotEquals": {"aws:PrincipalArn": allowed}}
 
 
 def test_the_role_sends_receives_and_reads_stored_records_only_where_the_backlog_is() -> None:

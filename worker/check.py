@@ -12,9 +12,10 @@ import argparse
 import sys
 from typing import ClassVar
 
+from cleanup.actions.http_close import ACTION as HTTP_CLOSE
 from cleanup.aws.clients import Clients
 from cleanup.operations.preflight import CheckResult, Target, run_checks
-from schemas.settings import Settings
+from schemas.settings import ActionSettings, HttpCloseSettings, Settings
 from worker.exit_codes import ExitCode
 
 
@@ -68,6 +69,7 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         expiry_bucket_attribute=settings.attributes.expiry_bucket,
         backlog_queue_url=settings.backlog_queue_url,
         integrity_key_id=settings.integrity_key_id,
+        close=HttpCloseSettings() if HTTP_CLOSE in ActionSettings().actions.split(",") else None,
     )
 
 

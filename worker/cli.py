@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("worker.capture", "write a stream's records to a JSON-lines file"),
     "drain": ("worker.drain", "drain the backlog queue of quota-bound work (as the drain function does in Lambda)"),
     "redrive": ("worker.redrive", "re-process the batches named by on-failure or dead-letter messages"),
+    "retag": ("worker.retag", "tag the worker's messages on a queue again with INTEGRITY_KEY_ID (a key rotation)"),
     "sweep": ("worker.sweep", "delete the sessions whose ttl has passed (instead of waiting for DynamoDB TTL)"),
     "reconcile": ("worker.reconcile", "free the grants and scratch prefixes of gone sessions that the stream missed"),
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),

@@ -20,10 +20,13 @@ from typing import NoReturn
 import botocore.session
 from botocore.exceptions import BotoCoreError
 
+from cleanup.exceptions import CleanupError
+from worker import function_settings
+
 AWS_FREE = frozenset({"demo", "health"})
 """Sub-commands that make no AWS call of their own (the demo brings its own embedded AWS)."""
 
-ONE_SHOT = frozenset({"replay", "capture", "redrive", "sweep", "reconcile", "check", "status"})
+ONE_SHOT = frozenset({"replay", "capture", "redrive", "retag", "sweep", "reconcile", "check", "status"})
 """Sub-commands whose printed report is their output (``run``, ``kcl`` and ``drain`` are services: logs are theirs)."""
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -46,7 +49,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "cleanup-worker drain --until-idle",
     ),
     "redrive": (
-        "cleanup-worker redrive --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-on-failure",
+        "cleanup-worker redrive --function-name cleanup-function "
+        "--queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-on-failure",
+    ),
+    "retag": (
+        "cleanup-worker retag --queue-url https://sqs.eu-west-1.amazonaws.com/123456789012/cleanup-backlog",
+        "cleanup-worker retag --function-name cleanup-drain --queue-url <BacklogDeadLetterQueueUrl> --json",
     ),
     "sweep": ("cleanup-worker sweep --table-name sessions", "EXPIRY_INDEX=expiry-index cleanup-worker sweep --verbose"),
     "reconcile": ("cleanup-worker reconcile", "cleanup-worker reconcile --json"),
@@ -73,6 +81,12 @@ def decorate(command: str, parser: argparse.ArgumentParser) -> None:
         aws.add_argument("--region", help="the AWS region [AWS_REGION / AWS_DEFAULT_REGION]")
         aws.add_argument("--profile", help="a named profile of ~/.aws/config [AWS_PROFILE]")
         aws.add_argument("--endpoint-url", help="send every AWS call to this endpoint [AWS_ENDPOINT_URL]")
+    if command in function_settings.COMMANDS:
+        parser.add_argument(
+            "--function-name",
+            metavar="NAME",
+            help="run with this deployed function's settings: its environment (lambda:GetFunctionConfiguration)",
+        )
     if command in ONE_SHOT and "--verbose" not in known:
         parser.add_argument("--verbose", action="store_true", help="also show the worker's logs and metrics on stderr")
 
@@ -96,13 +110,33 @@ def environment(command: str, args: argparse.Namespace) -> Iterator[str | None]:
     saved = {name: os.environ.get(name) for name in changes}
     os.environ.update(changes)
     try:
-        yield None if command in AWS_FREE else _unreachable()
+        problem = None if command in AWS_FREE else _unreachable()
+        function = getattr(args, "function_name", None)
+        if problem is None and function:
+            problem = _take_function_settings(function, saved)
+        yield problem
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _take_function_settings(function: str, saved: dict[str, str | None]) -> str | None:
+    """Put ``function``'s settings in the environment (what they replace is added to ``saved``, to be restored);
+    returns why they could not be read, or None."""
+    try:
+        taken = function_settings.changes(function_settings.function_environment(function), os.environ)
+    except CleanupError as exc:
+        return f"cannot take the settings of function {function!r}: {exc}"
+    for name, value in taken.items():
+        saved.setdefault(name, os.environ.get(name))
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return None
 
 
 QUIET = {"LOG_LEVEL": "WARNING", "METRICS_DESTINATION": "off"}

@@ -6,7 +6,9 @@ those accepted by the dead-letter queue, named by ``dynamodb.SequenceNumber`` (a
 ``kinesis.sequenceNumber`` (a Kinesis stream, whose ``data`` is decoded as the KCL processor decodes it). Lambda then
 resumes from the lowest reported sequence number, which cleanup tolerates because every action is idempotent.
 
-The kill switch is read at the start of every invocation. Paused, or unknown (a cold start that could not read it
+The kill switch is read at the start of every invocation. Set to dry-run while the deployment enforces
+(CLEANUP_MODE=enforce), the batch is planned (logged and counted as a dry run) and then held exactly as under a pause:
+the mapping must not move past records that were only planned. Paused, or unknown (a cold start that could not read it
 yet: ``cleanup.operations.killswitch``), nothing is touched. With a backlog (BACKLOG_QUEUE_URL), every session record
 goes to it with all its actions left, and waits there (14 days) until the drain, once the switch allows, cleans it:
 the stream moves on and no retry is spent. Without one, an unknown switch is read again (every
@@ -29,7 +31,7 @@ from typing import Any
 from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import Incoming, run_batch
 from cleanup.exceptions import PausedError
-from cleanup.operations.killswitch import Mode
+from cleanup.operations.killswitch import Mode, settings_for
 from cleanup.runtime import Runtime, WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table
@@ -53,19 +55,42 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, list[dict[str, str
     if table is not None:
         runtime = runtime.with_session_table(table)
     deadline = Deadline.from_lambda_context(context)
-    if runtime.refresh_mode() is Mode.PAUSED:
+    mode = runtime.refresh_mode()
+    if mode is Mode.PAUSED:
         return hold(records, runtime, deadline)
+    if mode is not runtime.switch.environment:  # a dry run set on the switch while the deployment enforces
+        return plan_and_hold(records, runtime, deadline)
     outcomes = run_batch(records, runtime, deadline)
     return batch_response(outcomes)
 
 
 PAUSED = "paused by the kill switch: nothing was done; the record waits in the backlog"
 UNKNOWN = "the kill switch cannot be read (switch unknown: holding): nothing was done; the record waits in the backlog"
+PLANNED = (
+    "the kill switch is set to dry-run while the deployment enforces: planned, nothing was done; the record waits in "
+    "the backlog"
+)
 UNKNOWN_WAIT_POLL_SECONDS = 0.5
 
 
-def hold(records: list[Incoming], runtime: Runtime, deadline: Deadline) -> dict[str, list[dict[str, str]]]:
-    """A batch the switch holds (paused, or unknown): to the backlog untouched, or, without one, back to the stream.
+def plan_and_hold(records: list[Incoming], runtime: Runtime, deadline: Deadline) -> dict[str, list[dict[str, str]]]:
+    """A batch under a dry run set on the switch, in a deployment that enforces: planned (logged and counted, what a
+    dry run is for), then held as under a pause, so that the enforce pass cleans it. The mapping moving past records
+    it only planned would leave their sessions' grants usable with no end.
+
+    Raises:
+        PausedError: no backlog: the batch is left in the stream and delivered again (``hold``).
+    """
+    run_batch(records, runtime, deadline)  # the dry run in force: plans, changes nothing, sends nothing
+    runtime.settings = settings_for(runtime.settings, runtime.switch.environment)  # held as the deployment would
+    return hold(records, runtime, deadline, why=PLANNED)
+
+
+def hold(
+    records: list[Incoming], runtime: Runtime, deadline: Deadline, *, why: str | None = None
+) -> dict[str, list[dict[str, str]]]:
+    """A batch the switch holds (paused, unknown, or a dry run ``why`` says): to the backlog untouched, or, without
+    one, back to the stream.
 
     Raises:
         PausedError: no backlog, and the switch still holds the batch (after waiting for an unknown one).
@@ -73,12 +98,13 @@ def hold(records: list[Incoming], runtime: Runtime, deadline: Deadline) -> dict[
     runtime.metrics.count("PausedBatches")
     unknown = runtime.switch.unknown
     if runtime.settings.backlog_for_writing:  # held durably (14 days), untouched, and drained once resumed
-        return batch_response(run_batch(records, runtime, deadline, held=UNKNOWN if unknown else PAUSED))
+        return batch_response(run_batch(records, runtime, deadline, held=why or (UNKNOWN if unknown else PAUSED)))
     if unknown and _wait_for_switch(runtime, deadline) is not Mode.PAUSED:
         return batch_response(run_batch(records, runtime, deadline))  # it answered in time: no retry spent
     runtime.metrics.flush()
-    why = "cannot be read (switch unknown: holding)" if runtime.switch.unknown else "pauses cleanup"
-    raise PausedError(f"the kill switch {why}: the batch is left in the stream, and delivered again")
+    state = "cannot be read (switch unknown: holding)" if runtime.switch.unknown else "pauses cleanup"
+    state = "is set to dry-run while the deployment enforces" if why == PLANNED else state
+    raise PausedError(f"the kill switch {state}: the batch is left in the stream, and delivered again")
 
 
 def _wait_for_switch(runtime: Runtime, deadline: Deadline) -> Mode:

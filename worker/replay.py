@@ -7,29 +7,32 @@ deleted).
 
 Only SESSION_TABLE's records are sessions (a file may name any table): without it the command refuses to start.
 
-Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors.
+A SESSION_TABLE that does not exist is a configuration error (exit 2), checked before any record is read; so is a
+replay whose every record names another table (each is skipped, and nothing would ever be cleaned).
+
+Exit code: 0 when nothing failed, 1 when some records failed, 2 on usage or configuration errors (a SESSION_TABLE
+that does not exist, or that no record of the replay belongs to).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import IO, Any
 
+from cleanup.aws.calls import call_or_gone
 from cleanup.core.classify import item_key
 from cleanup.core.pipeline import run_batch
-from cleanup.exceptions import SourceFileError
-from cleanup.operations.sources import Entry, FileReader, FileRecord, Location, Rejected
+from cleanup.exceptions import CleanupError, SourceFileError
+from cleanup.operations.sources import Entry, FileReader, FileRecord, Rejected
 from cleanup.runtime import Runtime, require_session_table
-from schemas.outcomes import ActionResult, Outcome, Status
+from schemas.outcomes import Outcome, Status
 from schemas.records import StreamRecord
 from schemas.settings import CleanupMode
 from worker.exit_codes import ExitCode
 from worker.progress import bar
+from worker.replay_report import Report, Result, Row, Shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,10 +47,26 @@ def main(args: argparse.Namespace) -> int:
     """Read the settings from the environment, replay the files, print the report."""
     runtime = Runtime.from_env(**(DRY_RUN if args.dry_run else {}))
     try:
-        require_session_table(runtime.settings)
+        table = require_session_table(runtime.settings)
+        if not table_exists(runtime, table):
+            print(
+                f"cleanup-worker replay: SESSION_TABLE {table!r} does not exist (DescribeTable): fix SESSION_TABLE "
+                "(or take the function's settings with --function-name)",
+                file=sys.stderr,
+            )
+            return ExitCode.USAGE
         return run(args, runtime)
     finally:
         runtime.close()
+
+
+def table_exists(runtime: Runtime, table: str) -> bool:
+    """Whether ``table`` exists; True when DynamoDB cannot say now (each record's own read then tells)."""
+    dynamodb, gone = runtime.clients.dynamodb, ("ResourceNotFoundException",)
+    try:
+        return call_or_gone(dynamodb.describe_table, "DescribeTable", None, gone, TableName=table) is not None
+    except CleanupError:
+        return True
 
 
 # A dry run changes nothing: it previews each step and sends nothing to the dead-letter queue or to metrics.
@@ -85,6 +104,15 @@ def run(args: argparse.Namespace, runtime: Runtime, out: IO[str] | None = None) 
         print(f"cleanup-worker replay: no records in {names}: nothing to replay", file=sys.stderr)
         return ExitCode.USAGE
     show.end(report)
+    if report.foreign == report.records:
+        tables = ", ".join(repr(name) for name in sorted(report.tables))
+        print(
+            f"cleanup-worker replay: every record is an item of {tables}, none of SESSION_TABLE "
+            f"{runtime.settings.session_table!r}: nothing was cleaned; fix SESSION_TABLE (or take the function's "
+            "settings with --function-name)",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     return ExitCode.FAILED if report.failures() else ExitCode.OK
 
 
@@ -108,7 +136,7 @@ def replay_chunks(entries: Iterable[Entry], runtime: Runtime, chunk: int | None 
             outcome = _blocked(entry, blocked[index]) if index in blocked else next(done)
             if outcome.failed and _key(entry) and _key(entry) not in failed_items:
                 failed_items[_key(entry)] = outcome.sequence_number
-            results.append(Result(outcome, entry.location))
+            results.append(Result(outcome, entry.location, _other_table(entry, runtime.settings.session_table)))
         yield results
 
 
@@ -126,6 +154,12 @@ def _chunks(entries: Iterable[Entry], size: int) -> Iterator[list[Entry]]:
         yield batch
 
 
+def _other_table(entry: FileRecord, session_table: str | None) -> str | None:
+    """The table ``entry``'s record names, when it is not SESSION_TABLE (None: SESSION_TABLE's, or it names none)."""
+    table = entry.record.table if isinstance(entry.record, StreamRecord) else None
+    return table if table is not None and table != session_table else None
+
+
 def _key(entry: FileRecord) -> str:
     return item_key(entry.record) if isinstance(entry.record, StreamRecord) else ""
 
@@ -141,131 +175,3 @@ def _blocked(entry: FileRecord, blocker: str) -> Outcome:
         key=_key(entry),
         error=f"not attempted: an earlier record of the same item ({blocker}) failed",
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    outcome: Outcome
-    location: Location
-
-
-Row = Result | Rejected
-"""A replayed record's result, or something in a file that is not a record."""
-
-
-@dataclass
-class Report:
-    """What a replay did: counts by status, and every failure (a failed record, or something that is not one)."""
-
-    counts: Counter[Status] = field(default_factory=Counter)
-    failed: list[Result] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
-
-    @property
-    def records(self) -> int:
-        return self.counts.total() + len(self.rejected)
-
-    def add(self, results: list[Row]) -> None:
-        for result in results:
-            if isinstance(result, Rejected):
-                self.rejected.append(result)
-                continue
-            self.counts[result.outcome.status] += 1
-            if result.outcome.failed:
-                self.failed.append(result)
-
-    def failures(self) -> list[dict[str, Any]]:
-        """Every failed record: its sequence number and its error, prefixed by where it was found."""
-        failed: list[dict[str, Any]] = [
-            {"sequenceNumber": r.outcome.sequence_number, "error": f"{r.location}: {_error(r.outcome)}"}
-            for r in self.failed
-        ]
-        failed += [{"sequenceNumber": r.sequence_number, "error": f"{r.location}: {r.error}"} for r in self.rejected]
-        return failed
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "records": self.records,
-            "cleaned": self.counts[Status.CLEANED],
-            "planned": self.counts[Status.PLANNED],
-            "skipped": self.counts[Status.SKIPPED],
-            "failed": self.failures(),
-        }
-
-
-def _error(outcome: Outcome) -> str:
-    error = outcome.error or "failed"
-    return f"{error} (dead-lettered)" if outcome.dead_lettered else error
-
-
-HEADER = ("SEQUENCE", "EVENT", "STATUS", "WHY", "KEY", "ACTIONS")
-
-
-class Shown:
-    """The report on ``out`` as the replay goes: a table's rows chunk by chunk, or one JSON object (whose ``plan``,
-    in a dry run, is written record by record) once it ends."""
-
-    def __init__(self, out: IO[str], *, as_json: bool, plan: bool) -> None:
-        self.out, self.as_json, self.plan = out, as_json, plan and as_json
-        self._started = False
-
-    def rows(self, results: list[Row]) -> None:
-        shown = [r for r in results if isinstance(r, Result)]
-        if self.plan:
-            for result in shown:
-                self.out.write(("," if self._started else '{"plan": [') + json.dumps(result.outcome.summary()))
-                self._started = True
-        elif not self.as_json and shown:
-            self._table(shown)
-
-    def _table(self, results: list[Result]) -> None:
-        rows = [] if self._started else [HEADER]
-        for o in (result.outcome for result in results):
-            why = o.reason.value if o.reason else (o.skip_reason or "")
-            actions = "; ".join(describe(action) for action in o.actions)
-            rows.append((o.sequence_number, o.event_name or "-", o.status.value, why, o.key or "-", actions or "-"))
-        widths = [max(len(row[column]) for row in [HEADER, *rows]) for column in range(len(HEADER) - 1)]
-        for row in rows:
-            cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-            print(f"{cells}  {row[-1]}", file=self.out)
-        self._started = True
-
-    def end(self, report: Report) -> None:
-        """The summary: the JSON object's counts and failures, or the table's failures and a summary line."""
-        summary = report.summary()
-        if self.as_json:
-            body = json.dumps(summary)
-            opening = ("]," if self._started else '{"plan": [],') if self.plan else "{"
-            print(opening + body[1:], file=self.out)
-            return
-        failures = summary["failed"]
-        if failures:
-            print("\nfailed:", file=self.out)
-            for failure in failures:
-                print(f"  {failure['sequenceNumber'] or '?'}  {failure['error']}", file=self.out)
-        planned = f"{summary['planned']} planned (dry run), " if summary["planned"] else ""
-        print(
-            f"\n{summary['records']} records: {summary['cleaned']} cleaned, {planned}{summary['skipped']} skipped, "
-            f"{len(failures)} failed",
-            file=self.out,
-        )
-
-
-def describe(action: ActionResult) -> str:
-    """An action in a few words: what it acts on, how much, and its status (or why the guard refused it)."""
-    detail = action.detail
-    target = {
-        "connection": f"close {detail.get('connectionId')}",
-        "grant": f"retire {detail.get('grantId')}" + (f" on {detail['keyId']}" if detail.get("keyId") else ""),
-        "scratch": f"delete {_s3_url(detail)}",
-        "registry": f"remove {detail.get('connectionId')} from {detail.get('table')}",
-    }.get(action.action, action.action)
-    counts = ", ".join(f"{detail[name]} {name}" for name in ("objects", "versions", "memberships") if name in detail)
-    status = "refused" if detail.get("refused") else action.status.value
-    text = f"{target}{f' ({counts})' if counts else ''}: {status}"
-    return f"{text}: {action.error}" if action.error else text
-
-
-def _s3_url(detail: dict[str, Any]) -> str:
-    bucket = detail.get("bucket")
-    return f"s3://{bucket}/{detail.get('prefix')}" if bucket else str(detail.get("prefix"))

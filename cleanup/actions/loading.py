@@ -34,6 +34,9 @@ BUILT_IN: dict[str, type[ActionKind]] = {
     kind.name: kind for kind in (Connection, Grant, Scratch, Membership, HttpClose)
 }
 """The kinds the worker ships: DEFAULT's, and ``http-close`` (in place of ``connection``)."""
+REPLACED_BY = {"connection": "http-close"}
+"""A kind and the one documented in its place (docs/actions.md): a message naming the first, read by a worker that
+runs the second instead, is cleaned by the second."""
 
 _registered: dict[str, type[ActionKind]] = {}
 _ATTRIBUTE = re.compile(r"[A-Za-z0-9_.#:-]{1,255}")

@@ -6,7 +6,8 @@ DeleteObject, a BatchWriteItem that deletes) or an operation an enabled action k
 
 * botocore's ``before-send`` (``check_request``), which runs after the pacer's waits for a turn and a slot
   (``cleanup.aws.pacing``) and again for every attempt, botocore's own retries included;
-* the HTTP client of ``http-close`` (``opener``), in its request hook.
+* the HTTP client of ``http-close`` (``cleanup.actions.bounded_http``), once connected, right before the request is
+  written.
 
 The check asks the ``Authority`` the caller bound to the call (``authorized``: the record's fence, through the
 step's gate) for a ``Permit`` *at that moment*, so that the fence's read is taken after every wait, and refuses the
@@ -27,7 +28,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -276,10 +276,6 @@ class SendCheck:
         client.meta.events.register("before-parameter-build", note_targets)
         client.meta.events.register_last("before-send", self.before_send)
 
-    def opener(self, *handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
-        """A urllib opener whose every request is checked as freeing (``http:<url>``), with ``handlers``."""
-        return urllib.request.build_opener(*handlers, _HttpCheck(self))
-
     def _refuse(self, error: type[Exception], what: str, found: tuple[str, ...], why: str) -> Exception:
         violation = Violation(what, found, why, bug=error is RefusedSendError)
         log.error("freeing call refused at the send", extra={"operation": what, "targets": list(found[:5]), "why": why})
@@ -299,18 +295,3 @@ def note_targets(params: Mapping[str, Any], event_name: str, context: dict[str, 
         found = targets(service, operation, params)
         if found is not None:
             context[TARGETS_KEY] = found
-
-
-class _HttpCheck(urllib.request.BaseHandler):
-    """Checks each request of an opener right before it is opened (a close at CLOSE_URL)."""
-
-    handler_order = 1000  # after every other handler has shaped the request: the last word before it leaves
-
-    def __init__(self, send_check: SendCheck) -> None:
-        self._check = send_check
-
-    def http_request(self, request: urllib.request.Request) -> urllib.request.Request:
-        self._check.check(f"{request.get_method()} (http)", (f"http:{request.full_url}",), None)
-        return request
-
-    https_request = http_request

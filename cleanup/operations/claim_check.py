@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call, call_or_gone
 from cleanup.aws.permits import Own, authorized
 from cleanup.exceptions import PermanentError
@@ -87,7 +88,9 @@ def read_stored(runtime: Runtime, stored: StoredRecord) -> dict[str, Any] | None
         return None
     if int(answer.get("ContentLength") or 0) > MAX_STORED_BYTES:
         raise PermanentError(f"the record's object {stored} is larger than {MAX_STORED_BYTES} bytes")
-    data = call(answer["Body"].read, "GetObject", None)  # the body streams: reading it may fail too
+    data = call(
+        needed(answer, "GetObject", "Body").read, "GetObject", None
+    )  # the body streams: reading it may fail too
     check_digest(data, stored.digest, "object")
     try:
         message = json.loads(data)

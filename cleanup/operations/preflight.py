@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call, call_or_gone
 from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError
-from schemas.settings import DEAD_LETTER_OVERLAP_FIX, dead_letter_overlap
+from cleanup.operations.close_check import probe_close
+from schemas.settings import DEAD_LETTER_OVERLAP_FIX, HttpCloseSettings, dead_letter_overlap
 
 OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
 TTL_ON = ("ENABLED", "ENABLING")
@@ -42,6 +44,8 @@ class Target:
     expiry_bucket_attribute: str = "expiryBucket"
     backlog_queue_url: str | None = None
     integrity_key_id: str | None = None
+    close: HttpCloseSettings | None = None
+    """The http-close action's settings, when ACTIONS enables it."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def check_ttl(clients: Clients, target: Target) -> CheckResult:
     if not target.table or _describe_table(clients, target.table) is None:
         return CheckResult(name, False, "no table to check", "fix the table first")
     described = call(clients.dynamodb.describe_time_to_live, "DescribeTimeToLive", None, TableName=target.table)
-    ttl = described["TimeToLiveDescription"]
+    ttl = needed(described, "DescribeTimeToLive", "TimeToLiveDescription", kind=dict)
     status, attribute = ttl.get("TimeToLiveStatus", "DISABLED"), ttl.get("AttributeName")
     fix = (
         f"aws dynamodb update-time-to-live --table-name {target.table} "
@@ -178,7 +182,7 @@ def check_key(clients: Clients, target: Target) -> CheckResult:
     )
     if described is None:
         return CheckResult(name, False, f"{target.kms_key_id} not found", "fix KMS_KEY_ID")
-    key = described["KeyMetadata"]
+    key = needed(described, "DescribeKey", "KeyMetadata", kind=dict)
     if key.get("KeyState") != "Enabled":
         return CheckResult(
             name, False, f"key state {key.get('KeyState')}", f"aws kms enable-key --key-id {key['KeyId']}"
@@ -232,7 +236,7 @@ def check_registry(clients: Clients, target: Target) -> CheckResult | None:
     table = _describe_table(clients, target.registry_table)
     if table is None:
         return CheckResult(name, False, f"{target.registry_table} not found", "create it, or fix REGISTRY_TABLE")
-    keys = [str(key["AttributeName"]) for key in table["KeySchema"]]
+    keys = [str(needed(key, "DescribeTable", "AttributeName")) for key in needed(table, "DescribeTable", "KeySchema")]
     index = next((i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == target.registry_index), None)
     create = (
         f"add a global secondary index {target.registry_index!r} with partition key {target.registry_attribute!r} "
@@ -240,7 +244,9 @@ def check_registry(clients: Clients, target: Target) -> CheckResult | None:
     )
     if index is None:
         return CheckResult(name, False, f"{target.registry_table} has no index {target.registry_index!r}", create)
-    partition = next((str(k["AttributeName"]) for k in index["KeySchema"] if k["KeyType"] == "HASH"), None)
+    partition = next(
+        (str(k.get("AttributeName")) for k in index.get("KeySchema", []) if k.get("KeyType") == "HASH"), None
+    )
     if partition != target.registry_attribute:
         fix = f"set ATTR_REGISTRY_CONNECTION_ID={partition} if that is the connection id, or {create}"
         return CheckResult(name, False, f"index {target.registry_index!r} is keyed on {partition!r}", fix)
@@ -269,7 +275,7 @@ def check_expiry_index(clients: Clients, target: Target) -> CheckResult | None:
     index = next((i for i in table.get("GlobalSecondaryIndexes", []) if i["IndexName"] == target.expiry_index), None)
     if index is None:
         return CheckResult(name, False, f"{target.table} has no index {target.expiry_index!r}", create)
-    keys = {str(k["KeyType"]): str(k["AttributeName"]) for k in index["KeySchema"]}
+    keys = {str(k.get("KeyType")): str(k.get("AttributeName")) for k in index.get("KeySchema", [])}
     if keys != wanted:
         return CheckResult(name, False, f"index {target.expiry_index!r} is keyed on {keys}", create)
     return CheckResult(name, True, f"{target.table}/{target.expiry_index}: {wanted['HASH']}, {wanted['RANGE']}")
@@ -287,6 +293,12 @@ def check_backlog_integrity(clients: Clients, target: Target) -> CheckResult | N
     return CheckResult(name, True, target.integrity_key_id)
 
 
+def check_http_close(clients: Clients, target: Target) -> CheckResult | None:
+    """With http-close enabled, the gateway answers a close for a connection nobody has with exactly
+    CLOSE_GONE_STATUSES (``cleanup.operations.close_check``). Only said when http-close is enabled."""
+    return None if target.close is None else CheckResult(*probe_close(target.close))
+
+
 CHECKS: tuple[Check, ...] = (
     check_table,
     check_ttl,
@@ -299,13 +311,14 @@ CHECKS: tuple[Check, ...] = (
     check_registry,
     check_expiry_index,
     check_backlog_integrity,
+    check_http_close,
 )
 
 
 def _describe_table(clients: Clients, table: str) -> dict[str, Any] | None:
     gone = ("ResourceNotFoundException",)
     described = call_or_gone(clients.dynamodb.describe_table, "DescribeTable", None, gone, TableName=table)
-    return None if described is None else dict(described["Table"])
+    return None if described is None else dict(needed(described, "DescribeTable", "Table", kind=dict))
 
 
 def _bucket_exists(clients: Clients, bucket: str) -> bool:

@@ -25,14 +25,16 @@ alone and kept; the other messages go on.
 Only SESSION_TABLE's records are sessions: an on-failure message naming another table's DynamoDB stream is refused
 (reported and kept, nothing read), and a record naming another table is skipped (``cleanup.core.classify``).
 
-A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or skipped, none lost, and
-its stored object (if any) deleted; or its stored record gone and reported.
+A message may be deleted only when ``MessageResult.settled``: every record in it cleaned or already clean (an insert
+or a modify needs nothing), none skipped, failed or lost, and its stored object (if any) deleted; or its stored
+record gone and reported. A removal skipped is not clean: it was judged under the settings of this run (a session
+key prefix, attribute names, SESSION_TABLE), which may not be the function's; its message stays, and the skip is
+reported with its reason (``cleanup-worker redrive --function-name`` runs with the function's own settings).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from cleanup.core.pipeline import Incoming, run_batch
@@ -47,45 +49,14 @@ from cleanup.operations.claim_check import (
     report_lost,
     settled,
 )
-from cleanup.operations.stream_ranges import BatchRange, Lost, read_kinesis_range, read_range
+from cleanup.operations.redrive_result import MessageResult
+from cleanup.operations.stream_ranges import BatchRange, read_kinesis_range, read_range
 from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify
 from cleanup.runtime import Runtime
-from schemas.outcomes import Outcome
 from schemas.records import RecordError, Source, read_record, stream_table
 from schemas.settings import CleanupMode
-
-
-@dataclass
-class MessageResult:
-    """What became of one message's records."""
-
-    kind: str
-    outcomes: list[Outcome] = field(default_factory=list)
-    lost: list[Lost] = field(default_factory=list)
-    missing: int = 0
-    error: str | None = None
-    duplicate: str | None = None
-    """The message repeats one already settled (its stored record redriven, or reported lost): nothing to do."""
-    gone: str | None = None
-    """The stored record is lost, not redriven: why, and what to do (the message is saved and reported once)."""
-
-    @property
-    def clean(self) -> bool:
-        """Every record cleaned or skipped, none lost."""
-        return (
-            not self.error
-            and not self.lost
-            and not self.missing
-            and not self.gone
-            and not any(o.failed for o in self.outcomes)
-        )
-
-    @property
-    def settled(self) -> bool:
-        """The message may go: it is clean, or its stored record is gone and its report saved."""
-        return self.clean or (self.gone is not None and not self.error)
 
 
 def redrive(body: str, runtime: Runtime) -> MessageResult:

@@ -187,7 +187,9 @@ def _latest(
         Period=60,
         Statistics=[stat],
     )
-    points = sorted(answer.get("Datapoints", []), key=lambda point: point["Timestamp"])
+    # A datapoint without its time or its statistic (a cut answer) says nothing: it is left out.
+    points = [point for point in answer.get("Datapoints", []) if "Timestamp" in point and stat in point]
+    points.sort(key=lambda point: point["Timestamp"])
     if not points:
         return None
     return points[-1]["Timestamp"].isoformat(), float(points[-1][stat])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.exceptions import StreamNotFoundError
 from cleanup.streams.kinesis import read_shard_range
 from cleanup.streams.reader import ShardReader, list_shards
@@ -79,8 +80,8 @@ def read_kinesis_range(kinesis: KinesisClient, batch: BatchRange) -> tuple[list[
         found = read_shard_range(kinesis, batch.stream_arn, batch.shard_id, batch.start, batch.end)
     except StreamNotFoundError:
         return [], [Lost(batch.start, batch.end, "the stream or its shard no longer exists")], batch.size or 0
-    records = [read_kinesis_bytes(raw["Data"], str(raw["SequenceNumber"])) for raw in found]
-    lost = _lost(batch, [int(raw["SequenceNumber"]) for raw in found])
+    records = [read_kinesis_bytes(needed(raw, "GetRecords", "Data"), str(raw["SequenceNumber"])) for raw in found]
+    lost = _lost(batch, [int(raw["SequenceNumber"]) for raw in found])  # each one read by read_shard_range
     missing = max(0, batch.size - len(found)) if batch.size else 0
     return records, lost, missing
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind
-from cleanup.actions.loading import DEFAULT, load_kinds
+from cleanup.actions.loading import DEFAULT, REPLACED_BY, load_kinds
 from cleanup.aws.pacing import own_quota
 from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.exceptions import CleanupError, MessageFormatError
@@ -44,6 +44,7 @@ UNTAGGED = (
     "the records stay failed and the stream delivers them again (set INTEGRITY_KEY_ID to the template's HMAC key)"
 )
 MAX_PACED = 8  # services a message's pace names, at most
+ACTION_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")  # as ACTIONS spells a kind's name
 SERVICE_NAME = re.compile(r"[a-z0-9]{1,40}(-[a-z0-9]{1,40}){0,2}")  # botocore's hyphenated service ids
 
 
@@ -123,7 +124,7 @@ def backlog_body(
 
 
 def load_message(body: str) -> dict[str, Any]:
-    """A backlog message as a JSON object (its integrity is checked next, then :func:`remaining_actions`).
+    """A backlog message as a JSON object (its integrity is checked next, then :func:`split_remaining`).
 
     Raises:
         MessageFormatError: not JSON, or not a backlog message.
@@ -137,16 +138,34 @@ def load_message(body: str) -> dict[str, Any]:
     return message
 
 
-def remaining_actions(message: dict[str, Any], known: Sequence[str] = ACTIONS) -> list[str]:
-    """The actions a backlog message has left, each one this worker knows (``known``: its ACTIONS).
+def split_remaining(message: dict[str, Any], known: Sequence[str] = ACTIONS) -> tuple[list[str], list[str]]:
+    """The actions a backlog message has left that this worker runs (``known``: its ACTIONS), and those it does not.
+
+    A name this worker does not run whose documented replacement it runs (``connection``, in whose place ACTIONS may
+    name ``http-close``) counts as the replacement: what the message names is freed by the kind configured for it now.
+    A name neither known nor replaced is returned apart: the kind was taken out of ACTIONS since the message was
+    written, and only that kind's part is left undone (reported as its own failure); the rest is cleaned.
 
     Raises:
-        MessageFormatError: none, or one that is not an action's name (whatever its JSON type).
+        MessageFormatError: no list of actions, an empty one, or an entry that is not an action's name.
     """
     remaining = message.get("remaining")
-    if not isinstance(remaining, list) or not remaining or not all(name in known for name in remaining):
-        raise MessageFormatError(f"the backlog message names no known actions left: {str(remaining)[:200]!r}")
-    return [str(name) for name in remaining]
+    if not isinstance(remaining, list) or not remaining or not all(_action_name(name) for name in remaining):
+        raise MessageFormatError(f"the backlog message names no actions left: {str(remaining)[:200]!r}")
+    runs, unknown = [], []
+    for name in dict.fromkeys(str(name) for name in remaining):
+        replacement = REPLACED_BY.get(name)
+        if name in known:
+            runs.append(name)
+        elif replacement in known:
+            runs.append(str(replacement))
+        else:
+            unknown.append(name)
+    return list(dict.fromkeys(runs)), unknown
+
+
+def _action_name(name: object) -> bool:
+    return isinstance(name, str) and ACTION_NAME.fullmatch(name) is not None
 
 
 def pace_hint(message: dict[str, Any]) -> dict[str, float]:

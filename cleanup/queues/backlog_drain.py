@@ -35,14 +35,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
 from cleanup.operations.claim_check import Settled, StoredRecord, delete_stored, read_stored, settled
-from cleanup.queues.backlog import load_message, only_remaining, pace_hint, remaining_actions
+from cleanup.queues.backlog import load_message, only_remaining, pace_hint, split_remaining
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify
+from cleanup.queues.unconfigured import report_unknown
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
 from schemas.records import RecordError, StreamRecord, UnreadableRecord, read_record
@@ -109,7 +111,7 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
     """
     left: list[Message] = []
     bad: list[tuple[Message, str]] = []
-    read: list[tuple[Message, StreamRecord | UnreadableRecord, StoredRecord | None]] = []
+    read: list[tuple[Message, StreamRecord | UnreadableRecord, StoredRecord | None, list[str]]] = []
     paces: dict[str, float] = {}
     for message, result in zip(messages, _read_all(messages, runtime, deadline), strict=True):
         if isinstance(result, IntegrityError):
@@ -132,14 +134,19 @@ def clean(messages: Sequence[Message], runtime: Runtime, deadline: Deadline) -> 
     left += quarantine(bad, runtime, deadline)
     share = runtime.settings.backlog_maximum_concurrency
     runtime.clients.pacer.seed({service: pace / share for service, pace in paces.items()})
-    outcomes = run_batch([record for _, record, _ in read], runtime, deadline, backlog=False) if read else []
-    for (message, _, stored), outcome in zip(read, outcomes, strict=True):
-        if not _done(outcome) or (stored is not None and not _forget(runtime, stored, outcome)):
+    outcomes = run_batch([record for _, record, _, _ in read], runtime, deadline, backlog=False) if read else []
+    cleaned = [
+        (outcome, record, unknown if _done(outcome) else [])
+        for (_, record, _, unknown), outcome in zip(read, outcomes, strict=True)
+    ]
+    reported = report_unknown(cleaned, runtime, deadline)  # kinds no longer in ACTIONS: each its own failure
+    for (message, _, stored, _), outcome, done in zip(read, outcomes, reported, strict=True):
+        if not done or not _done(outcome) or (stored is not None and not _forget(runtime, stored, outcome)):
             left.append(message)
     return left
 
 
-_Found = tuple[StreamRecord | UnreadableRecord, StoredRecord | None]
+_Found = tuple[StreamRecord | UnreadableRecord, StoredRecord | None, list[str]]  # and the kinds not in ACTIONS
 _Read = tuple[_Found | None, dict[str, float]]  # the record and its stored object (None: done), the sender's rates
 
 
@@ -188,7 +195,7 @@ def _read(message: Message, runtime: Runtime, deadline: Deadline) -> _Read:
     """
     body = load_message(message.body)
     verify(body, runtime, deadline)  # before anything it names is read, let alone freed
-    remaining = remaining_actions(body, [kind.name for kind in runtime.kind_classes])
+    remaining, unknown = split_remaining(body, [kind.name for kind in runtime.kind_classes])
     paces = pace_hint(body)
     stored = None
     location = body.get("recordObject")
@@ -211,7 +218,7 @@ def _read(message: Message, runtime: Runtime, deadline: Deadline) -> _Read:
     if not isinstance(raw, dict):
         raise CleanupError("the backlog message holds no record")
     record = read_record(only_remaining(raw, remaining, runtime.settings.attributes, runtime.kind_classes))
-    return (record, stored), paces
+    return (record, stored, unknown), paces
 
 
 def quarantine(bad: Sequence[tuple[Message, str]], runtime: Runtime, deadline: Deadline) -> list[Message]:
@@ -247,7 +254,7 @@ def dead_letter_target(runtime: Runtime, deadline: Deadline | None) -> str | Non
     """The URL of the backlog's dead-letter queue, from its RedrivePolicy (None: it has none).
 
     Raises:
-        TransientError / PermanentError: SQS could not say now.
+        TransientError / PermanentError: SQS could not say now (or answered without the queue's URL).
     """
     sqs, queue = runtime.clients.sqs, runtime.settings.backlog_queue_url
     if not queue:
@@ -264,7 +271,7 @@ def dead_letter_target(runtime: Runtime, deadline: Deadline | None) -> str | Non
         return None
     account, name = parts[4], parts[5]
     found = call(sqs.get_queue_url, "GetQueueUrl", deadline, QueueName=name, QueueOwnerAWSAccountId=account)
-    return str(found["QueueUrl"])
+    return str(needed(found, "GetQueueUrl", "QueueUrl", kind=str))
 
 
 def _send(runtime: Runtime, queue: str, message: Message, why: str, deadline: Deadline) -> bool:

@@ -278,4 +278,5 @@ def send_batch(runtime: Runtime, queue: str, batch: list[Letter], deadline: Dead
     for failure in response.get("Failed", []):
         log.error("dead-letter queue refused a record; it stays failed", extra={"error": failure.get("Message")})
         _debug_stored([key] if (key := stored.get(str(failure.get("Id")))) else [])
-    return [int(entry["Id"]) for entry in response.get("Successful", [])]
+    sent = {entry["Id"] for entry in entries}  # an entry naming no Id sent (a cut answer) stays failed: sent again
+    return [int(entry["Id"]) for entry in response.get("Successful", []) if entry.get("Id") in sent]

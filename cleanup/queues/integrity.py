@@ -19,6 +19,10 @@ covers the message and its object together, and a tag over 1 MiB would need a di
 A message written untagged (before INTEGRITY_KEY_ID was set, or without it) cannot be vouched for either: it is
 refused like a forged one, and kept for an operator to inspect and redrive by hand.
 
+KMS cannot rotate an HMAC key in place: a rotation is a new INTEGRITY_KEY_ID, the keys it replaced listed in
+INTEGRITY_PREVIOUS_KEY_IDS, which verify a tag and never make one; ``cleanup-worker retag`` tags the messages in
+flight again with the new key (:mod:`cleanup.operations.retag`).
+
 A Lambda on-failure message carries no tag and needs none: it holds only a stream, a shard and a range of sequence
 numbers, and redrive reads the records themselves again from SESSION_TABLE's stream (another stream is refused). A
 forged range can only name records the stream really holds, each cleaned through the same fence as on its first
@@ -33,6 +37,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import IntegrityError
@@ -56,7 +61,8 @@ def seal(body: str, runtime: Runtime, deadline: Deadline | None = None) -> str:
     """``body`` (a JSON object) with its integrity tag; as it is when no INTEGRITY_KEY_ID is set.
 
     Raises:
-        TransientError / PermanentError: KMS could not tag it now (the record then stays failed, and is retried).
+        TransientError / PermanentError: KMS could not tag it now, or answered without a tag (an empty or cut body):
+            the record then stays failed, and is retried.
     """
     key = runtime.settings.integrity_key_id
     if not key:
@@ -70,7 +76,10 @@ def seal(body: str, runtime: Runtime, deadline: Deadline | None = None) -> str:
         MacAlgorithm=ALGORITHM,
         Message=signed_bytes(message),
     )
-    message[FIELD] = {"algorithm": ALGORITHM, "mac": base64.b64encode(answer["Mac"]).decode("ascii")}
+    mac = needed(answer, "GenerateMac", "Mac", kind=bytes)
+    if not mac:
+        raise missing("GenerateMac", ("Mac",))
+    message[FIELD] = {"algorithm": ALGORITHM, "mac": base64.b64encode(mac).decode("ascii")}
     return json.dumps(message, default=str)
 
 

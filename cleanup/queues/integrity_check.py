@@ -9,6 +9,7 @@ import binascii
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import missing
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
 from cleanup.exceptions import IntegrityError
@@ -21,17 +22,41 @@ if TYPE_CHECKING:
 _INVALID = frozenset({"KMSInvalidMacException"})
 
 
-def verify(message: Mapping[str, Any], runtime: Runtime, deadline: Deadline | None = None) -> None:
-    """Check the tag of a message the worker says it wrote, with INTEGRITY_KEY_ID.
+def verify(message: Mapping[str, Any], runtime: Runtime, deadline: Deadline | None = None) -> str:
+    """Check the tag of a message the worker says it wrote: with INTEGRITY_KEY_ID, then with each of
+    INTEGRITY_PREVIOUS_KEY_IDS (a message tagged before the key was rotated).
+
+    Only KMS's own verdicts refuse: ``MacValid: false`` or ``KMSInvalidMacException``, from every key accepted. An
+    answer that says neither (a 200 with an empty or cut body) tells nothing: it is a transient error, and the message
+    is kept and tried again, never taken for a forgery.
+
+    Returns:
+        The key the tag verified with (INTEGRITY_KEY_ID, or a previous key: ``cleanup-worker retag`` tags it again).
 
     Raises:
-        IntegrityError: no key to check with, no tag, or a tag that does not verify: nothing it names may be freed.
-        TransientError / PermanentError: KMS could not answer now (the message is kept and tried again).
+        IntegrityError: no key to check with, no tag, or a tag that no accepted key verifies: nothing it names may be
+            freed.
+        TransientError / PermanentError: KMS could not answer now, or not understandably (the message is kept and
+            tried again).
     """
-    key = runtime.settings.integrity_key_id
-    if not key:
+    keys = runtime.settings.integrity_keys
+    if not keys:
         raise IntegrityError("no INTEGRITY_KEY_ID is set to verify the message's integrity tag with")
     mac = _mac(message.get(FIELD))
+    signed = signed_bytes(message)
+    for key in keys:
+        if _verifies(runtime, key, signed, mac, deadline):
+            return key
+    raise IntegrityError("the message's integrity tag does not verify: it is not as the worker wrote it")
+
+
+def _verifies(runtime: Runtime, key: str, signed: bytes, mac: bytes, deadline: Deadline | None) -> bool:
+    """KMS's verdict on ``mac`` with ``key``.
+
+    Raises:
+        TransientError: an answer that is no verdict (no boolean MacValid); or the call failed transiently.
+        PermanentError: the call failed otherwise (a key disabled, access denied).
+    """
     answer = call_or_gone(
         runtime.clients.kms.verify_mac,
         "VerifyMac",
@@ -39,11 +64,15 @@ def verify(message: Mapping[str, Any], runtime: Runtime, deadline: Deadline | No
         _INVALID,  # KMS's answer for a tag that does not match: not a failure of the call, a refusal
         KeyId=key,
         MacAlgorithm=ALGORITHM,
-        Message=signed_bytes(message),
+        Message=signed,
         Mac=mac,
     )
-    if answer is None or answer.get("MacValid") is not True:
-        raise IntegrityError("the message's integrity tag does not verify: it is not as the worker wrote it")
+    if answer is None:
+        return False
+    valid = answer.get("MacValid")
+    if not isinstance(valid, bool):
+        raise missing("VerifyMac", ("MacValid",))
+    return valid
 
 
 def refused(runtime: Runtime, message_id: str, reason: str, error: str, where: str) -> None:
@@ -55,9 +84,10 @@ def refused(runtime: Runtime, message_id: str, reason: str, error: str, where: s
         extra={
             "messageId": message_id,
             "error": error,
-            "todo": "inspect the message: if the worker wrote it (a tag lost to an untagged upgrade or a changed "
-            "INTEGRITY_KEY_ID), clean its session by hand or tag it again; otherwise find who could send to the "
-            "queue or write under DEAD_LETTER_PREFIX",
+            "todo": "inspect the message: if the worker wrote it with a key INTEGRITY_KEY_ID replaced, list that key "
+            "in INTEGRITY_PREVIOUS_KEY_IDS and run cleanup-worker retag on the queue; if it lost its tag to an "
+            "untagged upgrade, clean its session by hand; otherwise find who could send to the queue or write under "
+            "DEAD_LETTER_PREFIX",
         },
     )
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call, call_or_gone
 from cleanup.exceptions import AccessDeniedError, CheckpointTableError, CleanupError, TransientError
 from cleanup.telemetry import log
@@ -101,7 +102,7 @@ def _status(dynamodb: DynamoDBClient, table: str) -> str | None:
     """The table's status, or None when it does not exist."""
     gone = ("ResourceNotFoundException",)
     answer = table_call_or_gone(dynamodb.describe_table, "DescribeTable", table, gone, TableName=table)
-    return None if answer is None else str(answer["Table"]["TableStatus"])
+    return None if answer is None else str(needed(answer, "DescribeTable", "Table", "TableStatus", kind=str))
 
 
 def _create_table(dynamodb: DynamoDBClient, table: str) -> str:
@@ -119,7 +120,7 @@ def _create_table(dynamodb: DynamoDBClient, table: str) -> str:
         KeySchema=[{"AttributeName": "stream", "KeyType": "HASH"}, {"AttributeName": "shard", "KeyType": "RANGE"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    return "CREATING" if created is None else str(created["TableDescription"]["TableStatus"])
+    return "CREATING" if created is None else str(needed(created, "CreateTable", "TableDescription", "TableStatus"))
 
 
 def _enable_expiry(dynamodb: DynamoDBClient, table: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import StreamNotFoundError
 from cleanup.telemetry import log
@@ -80,12 +81,17 @@ def list_shards(streams: DynamoDBStreamsClient, stream_arn: str) -> list[Shard]:
         )
         if answer is None:
             raise StreamNotFoundError(f"stream {stream_arn} does not exist")
-        description = answer["StreamDescription"]
+        description = needed(answer, "DescribeStream", "StreamDescription", kind=dict)
         for shard in description.get("Shards", []):
             numbers = shard.get("SequenceNumberRange", {})
             closed = "EndingSequenceNumber" in numbers
             shards.append(
-                Shard(shard["ShardId"], shard.get("ParentShardId"), closed, numbers.get("StartingSequenceNumber"))
+                Shard(
+                    needed(shard, "DescribeStream", "ShardId", kind=str),
+                    shard.get("ParentShardId"),
+                    closed,
+                    numbers.get("StartingSequenceNumber"),
+                )
             )
         last = description.get("LastEvaluatedShardId")
         if not last:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError
 from cleanup.streams.reader import EMPTY_READS_AT_END
@@ -30,7 +31,7 @@ def read_shard_range(
 
     Raises:
         StreamNotFoundError: the stream or the shard does not exist (any more).
-        TransientError / PermanentError: the stream could not be read.
+        TransientError / PermanentError: the stream could not be read (or answered a record without its number).
     """
     first, last = int(start), int(end)
     found: list[dict[str, Any]] = []
@@ -47,12 +48,12 @@ def read_shard_range(
                 iterator = _open(kinesis, stream_arn, shard_id, "AT_SEQUENCE_NUMBER", start)
             continue
         records = page.get("Records", [])
-        numbers = [int(record["SequenceNumber"]) for record in records]
+        numbers = [int(needed(record, "GetRecords", "SequenceNumber", kind=str)) for record in records]
         found += [record for record, number in zip(records, numbers, strict=True) if first <= number <= last]
         if any(number >= last for number in numbers):
             break
         if records:
-            read_to = str(records[-1]["SequenceNumber"])
+            read_to = str(numbers[-1])
         caught_up = not records and not page.get("MillisBehindLatest")
         empty = empty + 1 if caught_up else 0
         iterator = page.get("NextShardIterator")  # None at the end of a closed shard
@@ -74,7 +75,7 @@ def _open(
     )
     if answer is None:
         raise StreamNotFoundError(f"shard {shard_id} of {stream_arn} does not exist")
-    return str(answer["ShardIterator"])
+    return str(needed(answer, "GetShardIterator", "ShardIterator", kind=str))
 
 
 def _read(kinesis: KinesisClient, stream_arn: str, iterator: str) -> dict[str, Any]:

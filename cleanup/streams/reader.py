@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
+from cleanup.aws.answers import needed
 from cleanup.aws.calls import call_or_gone
 from cleanup.exceptions import IteratorExpiredError, StreamNotFoundError, TrimmedDataError
 from cleanup.streams.checkpoints import Checkpoint
@@ -104,7 +105,7 @@ def dated_iterator(
     answer = _stream_call(streams.get_shard_iterator, "GetShardIterator", **request)
     if answer is None:
         raise StreamNotFoundError(f"shard {shard_id} of {stream_arn} does not exist")
-    return str(answer["ShardIterator"]), _service_time(answer)
+    return str(needed(answer, "GetShardIterator", "ShardIterator", kind=str)), _service_time(answer)
 
 
 def _service_time(answer: dict[str, Any]) -> float:
