@@ -111,11 +111,13 @@ class Runtime:
         instances(self.kind_classes, settings)  # their attributes, as ATTR_* spells them, checked now
         self.settings = settings
         self.shape = shape_of(self.kind_classes, settings)
-        permits.declare(operation for kind in self.kind_classes for operation in kind.frees)
         self.clients = clients or Clients(settings)
+        declared = {operation for kind in self.kind_classes for operation in kind.frees}
+        self.clients.pacer.check.declared.update(declared)
         self.sender = ClientSender(self.clients)
-        if any(BUILT_IN.get(kind.name) is not kind for kind in self.kind_classes):
-            permits.check_default_session(self.clients.pacer.check)  # a plugin's own boto3 clients are checked too
+        if any(BUILT_IN.get(kind.name) is not kind for kind in self.kind_classes):  # a kind's own boto3 clients too
+            max_age = settings.fence_read_max_age_seconds
+            permits.check_default_session(permits.SendCheck(max_age, declared, strict=True))
         self.metrics = metrics or Metrics(settings, MetricsSink(settings.metrics_destination))
         self._lock = threading.Lock()
         self._versioned: AskedOnce[bool] = AskedOnce()

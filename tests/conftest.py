@@ -35,7 +35,9 @@ def aws() -> Iterator[LocalAws]:
     saved = dict(os.environ)
     with LocalAws() as server:
         server.use()
-        permits.check_default_session(permits.SendCheck(Settings.model_construct().fence_read_max_age_seconds))
+        permits.check_default_session(
+            permits.SendCheck(Settings.model_construct().fence_read_max_age_seconds, strict=True)
+        )
         yield server
     os.environ.clear()
     os.environ.update(saved)

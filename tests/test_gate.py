@@ -18,7 +18,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from cleanup.actions import loading
-from cleanup.aws import permits
+from cleanup.aws import coalesce, permits
 from cleanup.aws.calls import call
 from cleanup.aws.retry import Deadline
 from cleanup.core.guard import callback_endpoint
@@ -42,6 +42,9 @@ def kinds() -> Iterator[None]:
     yield
     for kind in KINDS:
         loading.unregister(kind.name)
+    check = permits.default_check()
+    if check is not None:  # what these kinds declared is no later test's
+        check.declared.clear()
 
 
 def removed(stack: SessionStack, runtime: Any, deadline: Deadline | None = None) -> list[Outcome]:
@@ -353,3 +356,40 @@ class _Nothing:
 
     def authorize(self, deadline: Any) -> permits.Permit:
         return permits.Permit("nothing", read_at=time.monotonic())
+
+
+def test_a_page_that_waited_in_the_coalescer_is_read_again_when_the_shared_call_leaves(
+    stack: SessionStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two records' pages go in one DeleteObjects: a's waits for b's, whose listing is slow (the batch's requests wait
+    # up to 2 s for a batchmate here). a's session is back while it waits; the shared call's permit, asked where it
+    # leaves, reads both items then.
+    monkeypatch.setattr(coalesce.Batchmates.__init__, "__defaults__", (0, 2.0, 2.0))
+    a = stack.put_session("a", objects=2, grant=False)
+    stack.put_session("b", objects=2, grant=False)
+    stack.delete("a")
+    stack.delete("b")
+    runtime = stack.runtime()
+    deletes: list[list[str]] = []
+
+    def slow_listing_of_b(params: dict[str, Any], **_: Any) -> None:
+        if params.get("Prefix") == "sessions/t1/b/" and not deletes:
+            time.sleep(0.3)  # a's page is listed and waits in the coalescer for b's
+
+    def a_back_as_b_is_listed(parsed: dict[str, Any], **_: Any) -> None:
+        if parsed.get("Prefix") == "sessions/t1/b/" and not deletes:
+            stack.put_item(a)
+
+    def shared(params: dict[str, Any], **_: Any) -> None:
+        deletes.append(sorted(entry["Key"] for entry in params["Delete"]["Objects"]))
+
+    runtime.clients.s3.meta.events.register("before-parameter-build.s3.ListObjectsV2", slow_listing_of_b)
+    runtime.clients.s3.meta.events.register("after-call.s3.ListObjectsV2", a_back_as_b_is_listed)
+    runtime.clients.s3.meta.events.register("before-parameter-build.s3.DeleteObjects", shared)
+
+    outcomes = {o.key.split("#")[-1].split(",")[0]: o for o in removed(stack, runtime)}
+
+    assert len(stack.objects("sessions/t1/a/")) == 2  # kept: its session is back
+    assert stack.objects("sessions/t1/b/") == []
+    assert all(not key.startswith("sessions/t1/a/") for sent in deletes[-1:] for key in sent)
+    assert statuses(outcomes["a"])["scratch"] is ActionStatus.KEPT

@@ -397,7 +397,7 @@ def test_the_reconciler_is_allowed_every_call_it_makes_where_it_makes_it(
     grant_id = session(stack, "gone-r")
     stack.delete("gone-r")  # behind the stream's back: only reconcile frees its grant and its scratch data
     age(stack, "sessions/t1/gone-r/")
-    runtime = recording_runtime(world, scratch_tenant_scoped=True, reconcile_scratch=True)
+    runtime = recording_runtime(world, scratch_tenant_scoped=True, reconcile_scratch=True, session_sort_key="meta")
 
     report = reconcile(runtime)
 

@@ -179,7 +179,7 @@ class Gate:
         """
         if self._sender is None:
             raise PermanentError(f"{self.action}: this gate sends nothing itself")
-        self._naming = frozenset(targets(service, operation, params) or ())
+        self._naming = frozenset(targets(service, operation, params, {f"{service}.{operation}"}) or ())
         try:
             with self.sending(deadline):
                 return self._sender.aws(deadline, service, operation, endpoint, region, gone, params)

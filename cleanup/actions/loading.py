@@ -8,6 +8,7 @@ refused, with one line naming it, when:
 * its name is unknown, or given twice in ACTIONS, or two entry points give it different targets;
 * it is not an ``ActionKind`` of this API version, or its ``name`` is not the name it is enabled by;
 * it declares a field that ``AttributeNames`` does not have, or a field another enabled kind owns;
+* it declares an attribute of its own or a freeing operation (``service.Operation``) that is not well formed;
 * it declares no ``paced_by``.
 """
 

@@ -57,7 +57,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ConnectTimeoutError, ReadTimeoutError
 
 from cleanup.aws.aws_errors import THROTTLING_CODES, is_transient_code, translate
-from cleanup.aws.permits import SendCheck, frees, note_targets
+from cleanup.aws.permits import SendCheck
 from cleanup.aws.rate import Rate
 from cleanup.exceptions import CleanupError, OutOfTimeError, ThrottledError, TransientError
 from cleanup.telemetry import log
@@ -215,7 +215,7 @@ class Pacer:
     def attach(self, client: Any) -> None:
         """Pace every request ``client`` sends within a ``paced`` scope (``calls.call``); others are not paced."""
         client.meta.events.register("before-parameter-build", _note_params)
-        client.meta.events.register("before-parameter-build", note_targets)
+        client.meta.events.register("before-parameter-build", self.check.note_targets)
         client.meta.events.register("before-send", self._before_send)
         client.meta.events.register_first("needs-retry", self._after_attempt)
 
@@ -283,7 +283,7 @@ class Pacer:
             caught_exception is not None or throttled or is_transient_code(_error_code(response), _status(response))
         )
         service, operation = kwargs["event_name"].split(".")[1:3]
-        if retryable and frees(service, operation):
+        if retryable and self.check.frees(service, operation):
             # Not sent again by botocore on the read that allowed it: the step is tried again (``call_with_retry``),
             # and its next attempt reads the live item first (``cleanup.core.fence``).
             if isinstance(caught_exception, BotoCoreError):  # as the call would say it (a host that does not

@@ -2,7 +2,7 @@
 
 A freeing request is one of ``FREEING_OPERATIONS`` (DeleteConnection, RetireGrant, RevokeGrant, DeleteObjects,
 DeleteObject, a BatchWriteItem that deletes) or an operation an enabled action kind declares it frees with
-(``declare``). Each one is checked at the last moment before it leaves, whichever client sends it:
+(``SendCheck.declared``). Each one is checked at the last moment before it leaves, whichever client sends it:
 
 * botocore's ``before-send`` (``check_request``), which runs after the pacer's waits for a turn and a slot
   (``cleanup.aws.pacing``) and again for every attempt, botocore's own retries included;
@@ -124,7 +124,6 @@ class Violation:
 
 
 _authority: ContextVar[Authority | None] = ContextVar("cleanup_authority", default=None)
-_declared: set[str] = set()
 _observers: list[Callable[[Violation], None]] = []
 _lock = threading.Lock()
 _default_session_checked: list[SendCheck] = []
@@ -150,22 +149,6 @@ def unauthorized() -> Iterator[None]:
         _authority.reset(token)
 
 
-def declare(operations: Iterable[str]) -> None:
-    """Operations (``service.Operation``, e.g. ``dynamodb.DeleteItem``) that an enabled kind frees with: checked
-    like the built-in ones, and never sent again by botocore on one permit."""
-    with _lock:
-        _declared.update(operations)
-
-
-def declared(service: str, operation: str) -> bool:
-    return f"{service}.{operation}" in _declared
-
-
-def frees(service: str, operation: str) -> bool:
-    """Whether ``operation`` may free a session's resource (its retries then need a permit each)."""
-    return operation in FREEING_OPERATIONS or declared(service, operation)
-
-
 def check_default_session(send_check: SendCheck) -> None:
     """Check the freeing requests of every client made from boto3's default session from now on (``boto3.client``:
     a kind that is not built in, making clients of its own), once per process."""
@@ -173,13 +156,20 @@ def check_default_session(send_check: SendCheck) -> None:
 
     with _lock:
         if _default_session_checked:
+            _default_session_checked[0].declared.update(send_check.declared)
             return
         _default_session_checked.append(send_check)
         if boto3.DEFAULT_SESSION is None:
             boto3.setup_default_session()
         events = boto3.DEFAULT_SESSION.events  # type: ignore[union-attr]
-    events.register("before-parameter-build", note_targets)
+    events.register("before-parameter-build", send_check.note_targets)
     events.register_last("before-send", send_check.before_send)
+
+
+def default_check() -> SendCheck | None:
+    """The check held to boto3's default session's clients, if one is (``check_default_session``)."""
+    with _lock:
+        return _default_session_checked[0] if _default_session_checked else None
 
 
 @contextmanager
@@ -195,8 +185,11 @@ def observed(observer: Callable[[Violation], None]) -> Iterator[None]:
             _observers.remove(observer)
 
 
-def targets(service: str, operation: str, params: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """What a request frees, by its API parameters; None when it frees nothing."""
+def targets(
+    service: str, operation: str, params: Mapping[str, Any], declared: frozenset[str] | set[str] = frozenset()
+) -> tuple[str, ...] | None:
+    """What a request frees, by its API parameters (``declared``: the operations enabled kinds free with); None when
+    it frees nothing."""
     if operation in ("RetireGrant", "RevokeGrant"):
         return (f"grant:{params.get('GrantId')}",)
     if operation == "DeleteConnection":
@@ -214,7 +207,7 @@ def targets(service: str, operation: str, params: Mapping[str, Any]) -> tuple[st
             if isinstance(request, Mapping) and "DeleteRequest" in request
         ]
         return tuple(deletes) or None
-    if declared(service, operation):
+    if f"{service}.{operation}" in declared:
         return (f"op:{service}.{operation}",)
     return None
 
@@ -226,10 +219,33 @@ def key_text(key: Any) -> str:
 
 @dataclass
 class SendCheck:
-    """The check itself, with the bound on a permit's age."""
+    """The check itself, with the bound on a permit's age, and the operations the enabled kinds declare they free with
+    (``service.Operation``). On the worker's own clients a declared operation is checked when a gate is bound to it
+    (the worker's own calls of it, a sweep's conditional DeleteItem, are no kind's); ``strict``: always (the clients
+    a kind makes itself)."""
 
     max_age: float
+    declared: set[str] = field(default_factory=set)
+    strict: bool = False
     _clock: Callable[[], float] = field(default=time.monotonic)
+
+    def frees(self, service: str, operation: str) -> bool:
+        """Whether a request of ``operation`` needs a permit (and so is never sent again by botocore on one)."""
+        if operation in FREEING_OPERATIONS:
+            return True
+        return f"{service}.{operation}" in self.declared and (self.strict or _authority.get() is not None)
+
+    def note_targets(
+        self, params: Mapping[str, Any], event_name: str, context: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        """botocore's ``before-parameter-build``: what the request will free, kept in its context for the send."""
+        if context is None:
+            return
+        service, operation = event_name.split(".")[1:3]
+        if self.frees(service, operation):
+            found = targets(service, operation, params, self.declared)
+            if found is not None:
+                context[TARGETS_KEY] = found
 
     def check(self, what: str, found: tuple[str, ...], deadline: Any) -> Permit:
         """The permit for a request freeing ``found`` (``what``: the operation, for messages), taken now.
@@ -273,7 +289,7 @@ class SendCheck:
 
     def attach(self, client: Any) -> None:
         """Check every freeing request ``client`` sends (the pacer attaches its own clients: ``Pacer.attach``)."""
-        client.meta.events.register("before-parameter-build", note_targets)
+        client.meta.events.register("before-parameter-build", self.note_targets)
         client.meta.events.register_last("before-send", self.before_send)
 
     def _refuse(self, error: type[Exception], what: str, found: tuple[str, ...], why: str) -> Exception:
@@ -284,14 +300,3 @@ class SendCheck:
         for observer in observers:
             observer(violation)
         return error(f"{what}: refused at the send: {why}; nothing was sent")
-
-
-def note_targets(params: Mapping[str, Any], event_name: str, context: dict[str, Any] | None = None, **_: Any) -> None:
-    """botocore's ``before-parameter-build``: what the request will free, kept in its context for the send."""
-    if context is None:
-        return
-    service, operation = event_name.split(".")[1:3]
-    if frees(service, operation):
-        found = targets(service, operation, params)
-        if found is not None:
-            context[TARGETS_KEY] = found
