@@ -309,6 +309,10 @@ class Settings(BaseSettings):
     health_file: str = "/tmp/cleanup-worker.health"
     """HEALTH_FILE: touched each time the poller's loop comes round, for ``cleanup-worker health`` to read its age;
     the KCL processors mark their unanswered messages beside it (``<HEALTH_FILE>.kcl-<pid>``)."""
+    stream_retention_hours: float = Field(default=24.0, ge=24, le=8760)
+    """STREAM_RETENTION_HOURS: how long the KCL processor's Kinesis data stream keeps a record (its
+    RetentionPeriodHours): a waiting record is warned about past half of it, and is critical four hours before it
+    runs out; a checkpoint read through before it is a loss. A DynamoDB stream (the poller's) keeps 24 h, always."""
     health_stale_seconds: float | None = Field(default=None, gt=0)
     """HEALTH_STALE_SECONDS: a poll loop (or KCL message) not come round (answered) for this long is wedged: the
     health check fails and the poller no longer renews its lease. Unset: three LEASE_SECONDS."""
@@ -539,6 +543,7 @@ NOT_DEPLOYED = {
     "SHUTDOWN_GRACE_SECONDS": "containers only",
     "HEALTH_FILE": "containers only",
     "HEALTH_STALE_SECONDS": "containers only",
+    "STREAM_RETENTION_HOURS": "the KCL processor's Kinesis stream only; Lambda's age alarms are at 12 h and 20 h",
 }
 """Settings no template parameter sets, and why (a test holds every other setting to a parameter)."""
 

@@ -128,7 +128,19 @@ def kcl_problem(settings: Settings, daemon_pid: int | None, notes: list[str] | N
             return problem
         if notes is not None:
             notes.append(_processor_note(pid, marker))
+        waiting = _waiting(marker)
+        problem = None if waiting is None else age_problem(f"record processor {pid}", *waiting, notes)
+        if problem is not None:
+            return problem
     return None
+
+
+def _waiting(marker: dict[str, Any]) -> tuple[float, float] | None:
+    """The age of the oldest record a processor's marker says waits, and the stream's retention."""
+    oldest, retention = marker.get("oldestRecordAt"), marker.get("retentionSeconds")
+    if not isinstance(oldest, int | float) or not isinstance(retention, int | float):
+        return None
+    return max(0.0, time.time() - oldest), float(retention)
 
 
 def _processor_problem(pid: int, age: float, marker: dict[str, Any], stale_after: float) -> str | None:
