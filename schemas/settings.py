@@ -317,6 +317,17 @@ class Settings(BaseSettings):
     """HEALTH_STALE_SECONDS: a poll loop (or KCL message) not come round (answered) for this long is wedged: the
     health check fails and the poller no longer renews its lease. Unset: three LEASE_SECONDS."""
 
+    # The canary and the stream check.
+    canary_timeout_seconds: float = Field(default=600.0, ge=10, le=3600)
+    """CANARY_TIMEOUT_SECONDS: how long the canary waits for the worker to free its session before it reports it
+    not cleaned (``CanaryNotCleaned``)."""
+    canary_grant_principal: str | None = None
+    """CANARY_GRANT_PRINCIPAL: the worker's role ARN: the canary's session then holds a grant on KMS_KEY_ID (DescribeKey
+    only) that this principal retires; unset, the canary's session holds a scratch object only."""
+    event_source_mapping_uuid: str | None = None
+    """EVENT_SOURCE_MAPPING_UUID: the stream's event source mapping, whose stream the stream check compares with the
+    session table's latest one (Lambda)."""
+
     # The sweeper.
     expiry_index: str | None = None
     """EXPIRY_INDEX: the sweeper's sparse GSI (partition key the expiry bucket, sort key ttl), which the project's
