@@ -86,6 +86,7 @@ class StreamPoller(LeasedConsumer):
             CheckpointTableError: the checkpoint table refuses the worker (e.g. a missing permission).
         """
         self.progress.beat()
+        self._ages.clear()  # what a process before this one said waits is no longer known
         try:
             dynamodb, table = self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table
             if self._dry_run:
