@@ -201,7 +201,8 @@ class StreamPoller(LeasedConsumer):
             reader = shard_reader(
                 self._streams, self.stream_arn, shard.shard_id, position, start, self.runtime.settings
             )
-            cursor = Cursor(shard, position.sequence_number, reader, unmarked=saved is None)
+            unmarked = shard.shard_id not in self._checkpoints.saved  # no item of its own yet
+            cursor = Cursor(shard, position.sequence_number, reader, unmarked=unmarked)
             if not has_place(saved) and start is StartPosition.TRIM_HORIZON:
                 cursor.head = shard.first  # read from its start: its first read says whether its head was trimmed
             self._cursors[shard.shard_id] = cursor
