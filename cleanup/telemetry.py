@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from cleanup.expiry.convention import CANARY_TENANT
 from cleanup.log_identifiers import IDENTIFIER_FIELDS, Hasher, hide_identifiers, identifier_hasher
 from schemas.outcomes import Outcome, Status
 from schemas.settings import Settings
@@ -159,7 +160,20 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("RecordsRetried", "", "containers: records retried in place"),
     Metric("RecordsStuck", "", "containers: records given up with no dead-letter queue to take them"),
-    Metric("RecordsLost", "", "containers: records trimmed from the stream before they were read"),
+    Metric(
+        "RecordsLost",
+        "",
+        "containers: records no reader can read any more (trimmed, or their shard or stream gone), each range once",
+    ),
+    Metric(
+        "OldestRecordAgeSeconds",
+        "",
+        "containers: the age of the oldest record waiting in the stream (the consumer's; Lambda's is IteratorAge)",
+    ),
+    Metric("StreamChanged", "", "the stream check: 1 while the mapping reads another stream than the table's latest"),
+    Metric("CanaryLatencySeconds", "", "the canary: seconds from its session's delete until the worker freed it"),
+    Metric("CanaryNotCleaned", "", "the canary: sessions the worker did not free within CANARY_TIMEOUT_SECONDS"),
+    Metric("CanarySessionsCleaned", "", "canary sessions cleaned (never counted in SessionsCleaned)"),
     Metric("SessionsSwept", "", "the sweeper: expired sessions it deleted"),
     Metric("SweepLagSeconds", "", "the sweeper: seconds between a swept session's ttl and its delete"),
     Metric("SessionsNotSwept", "Verdict", "the sweeper: expired sessions it did not delete, by why"),
@@ -215,23 +229,28 @@ class Metrics:
 
     def record_outcomes(self, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
-            if outcome.status is Status.CLEANED and outcome.reason is not None:
-                self.count("SessionsCleaned", "Reason", outcome.reason.value)
-            elif outcome.status is Status.PLANNED and outcome.reason is not None:
-                self.count("SessionsPlanned", "Reason", outcome.reason.value)  # a dry run: never counted as cleaned
-            elif outcome.status is Status.SKIPPED:
-                self.count("RecordsSkipped")
-            elif outcome.dead_lettered:
-                self.count("RecordsDeadLettered")
-            elif outcome.status is Status.DEFERRED:
-                self.count("RecordsDeferred")
-            else:
-                self.count("RecordsFailed")
+            self._count_outcome(outcome)
             for action in outcome.actions:
                 if not action.ok:
                     self.count("ActionFailures", "Action", action.action)
             if outcome.ttl_lag_seconds is not None:
                 self.observe("TtlLagSeconds", outcome.ttl_lag_seconds)
+
+    def _count_outcome(self, outcome: Outcome) -> None:
+        if outcome.status is Status.CLEANED and outcome.tenant_id == CANARY_TENANT:
+            self.count("CanarySessionsCleaned")  # the canary's: left out of the sessions counted
+        elif outcome.status is Status.CLEANED and outcome.reason is not None:
+            self.count("SessionsCleaned", "Reason", outcome.reason.value)
+        elif outcome.status is Status.PLANNED and outcome.reason is not None:
+            self.count("SessionsPlanned", "Reason", outcome.reason.value)  # a dry run: never counted as cleaned
+        elif outcome.status is Status.SKIPPED:
+            self.count("RecordsSkipped")
+        elif outcome.dead_lettered:
+            self.count("RecordsDeadLettered")
+        elif outcome.status is Status.DEFERRED:
+            self.count("RecordsDeferred")
+        else:
+            self.count("RecordsFailed")
 
     def flush(self) -> None:
         with self._lock:

@@ -346,9 +346,24 @@ class Settings(BaseSettings):
     health_file: str = "/tmp/cleanup-worker.health"
     """HEALTH_FILE: touched each time the poller's loop comes round, for ``cleanup-worker health`` to read its age;
     the KCL processors mark their unanswered messages beside it (``<HEALTH_FILE>.kcl-<pid>``)."""
+    stream_retention_hours: float = Field(default=24.0, ge=24, le=8760)
+    """STREAM_RETENTION_HOURS: how long the KCL processor's Kinesis data stream keeps a record (its
+    RetentionPeriodHours): a waiting record is warned about past half of it, and is critical four hours before it
+    runs out; a checkpoint read through before it is a loss. A DynamoDB stream (the poller's) keeps 24 h, always."""
     health_stale_seconds: float | None = Field(default=None, gt=0)
     """HEALTH_STALE_SECONDS: a poll loop (or KCL message) not come round (answered) for this long is wedged: the
     health check fails and the poller no longer renews its lease. Unset: three LEASE_SECONDS."""
+
+    # The canary and the stream check.
+    canary_timeout_seconds: float = Field(default=600.0, ge=10, le=3600)
+    """CANARY_TIMEOUT_SECONDS: how long the canary waits for the worker to free its session before it reports it
+    not cleaned (``CanaryNotCleaned``)."""
+    canary_grant_principal: str | None = None
+    """CANARY_GRANT_PRINCIPAL: the worker's role ARN: the canary's session then holds a grant on KMS_KEY_ID (DescribeKey
+    only) that this principal retires; unset, the canary's session holds a scratch object only."""
+    event_source_mapping_uuid: str | None = None
+    """EVENT_SOURCE_MAPPING_UUID: the stream's event source mapping, whose stream the stream check compares with the
+    session table's latest one (Lambda)."""
 
     # The sweeper.
     expiry_index: str | None = None
@@ -614,6 +629,7 @@ NOT_DEPLOYED = {
     "SHUTDOWN_GRACE_SECONDS": "containers only",
     "HEALTH_FILE": "containers only",
     "HEALTH_STALE_SECONDS": "containers only",
+    "STREAM_RETENTION_HOURS": "the KCL processor's Kinesis stream only; Lambda's age alarms are at 12 h and 20 h",
 }
 """Settings no template parameter sets, and why (a test holds every other setting to a parameter)."""
 

@@ -18,6 +18,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,12 @@ def kinesis_payload(record: dict[str, Any], table: str) -> dict[str, Any]:
 
 
 class KinesisShard:
-    """Numbers records the way a Kinesis shard does (56-digit, increasing sequence numbers)."""
+    """Numbers records the way a Kinesis shard does (56-digit, increasing sequence numbers); each arrives now, or
+    ``arrived_ago`` seconds ago."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrived_ago: float = 0.0) -> None:
         self.next = FIRST_SEQUENCE
+        self.arrived_ago = arrived_ago
 
     def records(self, payloads: Iterable[Any]) -> list[dict[str, Any]]:
         """Multilang ``record`` messages; a payload that is ``bytes`` is sent as is, anything else as JSON."""
@@ -62,7 +65,7 @@ class KinesisShard:
                     "partitionKey": "pk",
                     "sequenceNumber": str(self.next),
                     "subSequenceNumber": 0,
-                    "approximateArrivalTimestamp": 1_700_000_000_000,
+                    "approximateArrivalTimestamp": int((time.time() - self.arrived_ago) * 1000),
                 }
             )
         return messages
@@ -123,8 +126,10 @@ class FakeDaemon:
         threading.Thread(target=self._read_stdout, daemon=True).start()
 
     # Messages to the child.
-    def initialize(self) -> None:
-        self.send({"action": "initialize", "shardId": self.shard_id, "sequenceNumber": None, "subSequenceNumber": 0})
+    def initialize(self, sequence_number: str | None = None) -> None:
+        """The shard's start: its checkpoint, a sentinel (``TRIM_HORIZON``, ``LATEST``), or None."""
+        message = {"action": "initialize", "shardId": self.shard_id, "subSequenceNumber": 0}
+        self.send({**message, "sequenceNumber": sequence_number})
 
     def process_records(self, records: list[dict[str, Any]]) -> None:
         if records:

@@ -31,6 +31,7 @@ COMMANDS = {
     "check": ["check"],
     "status": ["status", "--table-name", "sessions"],
     "reconcile": ["reconcile"],
+    "canary": ["canary"],
 }
 BAD = {
     "METRICS_DESTINATION": "nonsense",

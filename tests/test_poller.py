@@ -210,7 +210,7 @@ def test_a_consumer_that_loses_its_lease_stops_without_checkpointing(stack):
 
     assert summary.lease_lost
     assert summary.records == 1
-    assert checkpoint(stack) is None
+    assert "sequenceNumber" not in (checkpoint(stack) or {})  # the shard's item says it was started, no more
 
 
 class LineageStreams:
@@ -306,7 +306,7 @@ def _saved(stack: Any) -> str | None:
         item = checkpoint(stack)
     except stack.ddb.exceptions.ResourceNotFoundException:
         return None
-    return item["sequenceNumber"]["S"] if item else None
+    return item.get("sequenceNumber", {}).get("S") if item else None
 
 
 class TrimmedStreams(LineageStreams):
@@ -531,7 +531,7 @@ def test_when_the_last_checkpoint_cannot_be_written_on_the_way_out_the_poller_sa
     summary = poller.run(until_idle=True)
 
     assert summary.records == 4 and summary.checkpoints == {}
-    assert checkpoint(stack) is None
+    assert "sequenceNumber" not in (checkpoint(stack) or {})  # the shard's item says it was started, no more
     said = [r for r in caplog.records if "will be read again" in r.getMessage()]
     assert len(said) == 1 and said[0].shardId == only_shard(stack)
     resumed = make_poller(stack).run(until_idle=True)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from cleanup.operations.killswitch import Mode
+from cleanup.streams.checkpoints import ensure_table
 from tests.faults import Faults
 from tests.proxy import FaultPlan, FaultProxy
 from tests.test_poller import ROOT, FakeTime, assert_cleaned, checkpoint, make_poller, worker_command_env
@@ -194,3 +195,25 @@ def test_a_record_retried_when_the_command_is_stopped_at_a_latest_start_is_clean
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_cleaned(stack, new)
     assert_left(stack, old)
+
+
+def test_the_enforce_run_after_a_dry_run_at_latest_cleans_what_the_dry_run_planned(stack):
+    old, new = before_the_start(stack)
+    ensure_table(stack.runtime().clients.dynamodb, f"ckpt-{stack.table}")  # an enforce consumer ran before
+    make_poller(stack, **LATEST, cleanup_mode="dry-run").run(until_idle=True)  # the preview starts at LATEST
+    stack.delete("new")
+
+    preview = make_poller(stack, **LATEST, cleanup_mode="dry-run").run(until_idle=True)  # a later look at it
+    enforced = make_poller(stack, **LATEST).run(until_idle=True)
+
+    assert (preview.planned, preview.cleaned) == (1, 0)
+    assert enforced.cleaned == 1
+    assert_cleaned(stack, new)
+    assert_left(stack, old)  # deleted before the dry run started: LATEST leaves it
+
+
+def test_a_dry_run_at_latest_without_a_checkpoint_table_says_the_enforce_run_will_not_see_its_records(stack, caplog):
+    make_poller(stack, **LATEST, cleanup_mode="dry-run").run(until_idle=True)
+
+    [warning] = [r for r in caplog.records if "keeps no place" in r.getMessage()]
+    assert warning.levelname == "WARNING" and "TRIM_HORIZON" in warning.getMessage()

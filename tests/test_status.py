@@ -140,3 +140,63 @@ def test_status_counts_the_records_waiting_from_a_latest_starts_pin(status_env, 
         assert shard["pinnedAt"] == first and f"pinned at {first}" in screen
     else:
         assert "pinnedSince" in shard and "pinned since" in screen
+
+
+# Losses and earlier streams: moto cannot trim a shard or keep an old stream, so the streams are a stand-in.
+def stand_in(monkeypatch: pytest.MonkeyPatch, streams: Any) -> None:
+    from cleanup.aws.clients import Clients
+
+    monkeypatch.setattr(Clients, "streams", property(lambda _self: streams))
+
+
+def test_status_shows_a_checkpoint_the_stream_trimmed_past_as_records_lost_not_as_lag(status_env, capsys, monkeypatch):
+    from tests.stand_in_streams import Shard, StandInStreams
+
+    stack = status_env
+    for name in ("s0", "s1", "s2"):
+        stack.put_session(name)
+        stack.delete(name)
+    records = stack.new_records()
+    numbers = [r["dynamodb"]["SequenceNumber"] for r in records]
+    streams = StandInStreams(stack.table, {stack.stream_arn: [Shard("shardId-1", records[:2])]})
+    make_poller(stack, streams=streams, batch_size=2).run(until_idle=True)  # checkpoint: the second record
+    streams.streams[stack.stream_arn] = [Shard("shardId-1", records, trimmed=4)]  # a day later, two records trimmed
+    stand_in(monkeypatch, streams)
+
+    code, report = status(capsys, "--table-name", stack.table, "--json")
+    _, out = status(capsys, "--table-name", stack.table)
+
+    assert code == 1
+    [shard] = report["poller"]["shards"]
+    assert shard["lost"] == {"after": numbers[1], "before": numbers[4], "why": "trimmed before they were read"}
+    assert shard["waiting"] == 2
+    [line] = [line for line in out.splitlines() if line.startswith("shard")]
+    assert f"LOST: records after {numbers[1]} (trimmed before they were read); then 2 records waiting" in line
+
+
+def test_status_lists_the_earlier_streams_the_poller_has_not_finished_and_the_gone_ones_as_lost(
+    status_env, capsys, monkeypatch
+):
+    from tests.stand_in_streams import Shard
+    from tests.test_poller_stream import re_enable
+    from tests.test_stream_lineup import NEW_SHARD, OLD_SHARD, half_read_old_stream, sessions_deleted
+
+    stack = status_env
+    _, old = sessions_deleted(stack, "s0", "s1", "s2")
+    streams = half_read_old_stream(stack, old)
+    new_arn = re_enable(stack)
+    streams.streams[new_arn] = [Shard(NEW_SHARD, [])]
+    stand_in(monkeypatch, streams)
+    checkpoint = old[1]["dynamodb"]["SequenceNumber"]
+
+    _, readable = status(capsys, "--table-name", stack.table, "--json")
+    streams.gone.add(stack.stream_arn)
+    code, gone = status(capsys, "--table-name", stack.table, "--json")
+    _, out = status(capsys, "--table-name", stack.table)
+
+    assert readable["poller"]["stream"] == new_arn
+    [earlier] = readable["earlierStreams"]
+    assert earlier["stream"] == stack.stream_arn and [s["checkpoint"] for s in earlier["shards"]] == [checkpoint]
+    [lost] = gone["earlierStreams"]
+    assert lost["gone"] is True and lost["shards"][0]["shardId"] == OLD_SHARD and code == 1
+    assert f"earlier      {stack.stream_arn} (gone: its unfinished shards are lost)" in out

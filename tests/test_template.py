@@ -262,6 +262,8 @@ def test_the_sam_transform_resolves_both_functions() -> None:
         "worker.sweep.handler",
         "worker.backlog.handler",
         "worker.reconcile.handler",
+        "worker.stream_check.handler",
+        "worker.canary.handler",
     }
     for function in functions.values():
         assert function["Properties"]["Runtime"] == "python3.12"

@@ -288,7 +288,16 @@ def test_the_drain_reads_a_stored_record_by_version_and_may_list_where_it_is() -
 
 
 LAMBDA_PAGE = (Path(__file__).resolve().parent.parent / "docs" / "lambda.md").read_text()
-POLICIES = ("CleanupRole", "CleanSessionsPolicy", "StreamPolicy", "DrainPolicy", "ReconcilerPolicy", "SweeperRole")
+POLICIES = (
+    "CleanupRole",
+    "CleanSessionsPolicy",
+    "StreamPolicy",
+    "DrainPolicy",
+    "ReconcilerPolicy",
+    "SweeperRole",
+    "StreamCheckRole",
+    "CanaryRole",
+)
 FOR = {"CleanupFunction": "stream", "DrainFunction": "drain", "ReconcilerFunction": "reconciler"}
 
 

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),
     "health": ("worker.health", "container health check: exit 0 while the poller (or, with --kcl, the KCL) progresses"),
     "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),
+    "canary": ("worker.canary", "end a canary session and time until the worker has freed it (alarms when it has not)"),
 }
 
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -61,6 +61,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "check": ("cleanup-worker check --table-name sessions --bucket scratch --region eu-west-1",),
     "health": ("cleanup-worker health", "cleanup-worker health --kcl"),
     "status": ("cleanup-worker status --table-name sessions", "cleanup-worker status --json"),
+    "canary": (
+        "cleanup-worker canary",
+        "cleanup-worker canary --json --region eu-west-1",
+    ),
 }
 
 

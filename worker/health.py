@@ -7,6 +7,10 @@ prints says why, and the orchestrator keeps it (``docker inspect``).
   file is younger than HEALTH_STALE_SECONDS. The file is removed when the poller stops. A poller whose stream has
   ended (disabled, or gone) with no new stream to follow is unhealthy, whatever its pulse: it cleans nothing
   (``<HEALTH_FILE>.stream`` says why).
+* Either consumer's oldest waiting record (``cleanup.streams.record_age``: ``<HEALTH_FILE>.age``, or the KCL
+  processor's marker): past half the stream's retention (12 h of a DynamoDB stream's 24) the answer is still healthy
+  with a warning; four hours before the retention runs out (20 h) it is unhealthy, paused or not: the records are
+  about to be lost.
 * The KCL image (``--kcl``): the MultiLangDaemon (java) is running, and every record processor holding one of its
   messages is either working towards a verdict on its records (cleaned, or given up at a known moment) or paused
   by the kill switch; not one that has not come round for HEALTH_STALE_SECONDS (wedged), nor one stuck on a record
@@ -30,6 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cleanup.exceptions import ConfigurationError
+from cleanup.streams.record_age import describe, read_age_file, verdict
 from cleanup.streams.stream_state import stream_problem
 from schemas.settings import Settings, configuration_problems
 from worker.exit_codes import ExitCode
@@ -60,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         return _unhealthy(str(ConfigurationError(configuration_problems(exc))))
     notes: list[str] = []
-    problem = kcl_problem(settings, args.daemon_pid, notes) if args.kcl else poller_problem(settings)
+    problem = kcl_problem(settings, args.daemon_pid, notes) if args.kcl else poller_problem(settings, notes)
     if problem is not None:
         return _unhealthy(problem)
     print("; ".join(["healthy", *notes]))
@@ -72,9 +77,9 @@ def _unhealthy(problem: str) -> int:
     return ExitCode.FAILED
 
 
-def poller_problem(settings: Settings) -> str | None:
-    """Why the stream poller is not healthy, or None: first a stream it cannot consume (disabled, or gone), then its
-    loop's pulse."""
+def poller_problem(settings: Settings, notes: list[str] | None = None) -> str | None:
+    """Why the stream poller is not healthy, or None (a warning then added to ``notes``): first a stream it cannot
+    consume (disabled, or gone), then its loop's pulse, then the age of its oldest waiting record."""
     stream = stream_problem(settings.health_file)
     if stream is not None:
         return stream
@@ -87,6 +92,17 @@ def poller_problem(settings: Settings) -> str | None:
         return f"cannot read {path}: {exc}"
     if age >= settings.stale_after:
         return f"the poll loop last came round {age:.0f} s ago (HEALTH_STALE_SECONDS: {settings.stale_after:g})"
+    waiting = read_age_file(settings.health_file)
+    return None if waiting is None else age_problem("the poller", *waiting, notes)
+
+
+def age_problem(who: str, age: float, retention_seconds: float, notes: list[str] | None) -> str | None:
+    """Unhealthy past the critical age of a waiting record; a note past the warning age."""
+    level = verdict(age, retention_seconds)
+    if level == "critical":
+        return f"{who}: {describe(age, retention_seconds)}"
+    if level == "warning" and notes is not None:
+        notes.append(f"warning: {who}: {describe(age, retention_seconds)}")
     return None
 
 
@@ -112,7 +128,19 @@ def kcl_problem(settings: Settings, daemon_pid: int | None, notes: list[str] | N
             return problem
         if notes is not None:
             notes.append(_processor_note(pid, marker))
+        waiting = _waiting(marker)
+        problem = None if waiting is None else age_problem(f"record processor {pid}", *waiting, notes)
+        if problem is not None:
+            return problem
     return None
+
+
+def _waiting(marker: dict[str, Any]) -> tuple[float, float] | None:
+    """The age of the oldest record a processor's marker says waits, and the stream's retention."""
+    oldest, retention = marker.get("oldestRecordAt"), marker.get("retentionSeconds")
+    if not isinstance(oldest, int | float) or not isinstance(retention, int | float):
+        return None
+    return max(0.0, time.time() - oldest), float(retention)
 
 
 def _processor_problem(pid: int, age: float, marker: dict[str, Any], stale_after: float) -> str | None:

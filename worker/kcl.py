@@ -24,7 +24,9 @@ Guarantees, per shard:
   still throttled is carried by the next one; after a lost lease (``ShutdownException``) nothing is checkpointed
   and later batches are left to the shard's new owner.
 * The health check (``cleanup-worker health --kcl``) reads the processor's state, marked each time it comes round:
-  working towards a verdict, paused, or stuck (``worker.health``).
+  working towards a verdict, paused, or stuck (``worker.health``), and the arrival of its oldest waiting record.
+* Losses are seen (``worker.kcl_watch``): a checkpoint older than the stream's retention, or a start at LATEST after a
+  checkpoint, is ``RecordsLost`` with its range, once; the age of the oldest waiting record is published.
 * A dry run (CLEANUP_MODE=dry-run) checkpoints nothing, SHARD_END included, and dead-letters nothing: each record is
   tried once and a failure reported, so the records are delivered again to the next (enforce) processor.
 * The kill switch is read before every attempt, the in-place retries' included. Paused (or unknown, never read),
@@ -59,6 +61,7 @@ from worker.exit_codes import ExitCode
 from worker.health import PAUSED, PROGRESSING, STUCK, MessageMarker
 from worker.kcl_checkpoint import CHECKPOINT_TRIES as CHECKPOINT_TRIES
 from worker.kcl_checkpoint import RETRYABLE_CHECKPOINT_ERRORS, checkpoint
+from worker.kcl_watch import ShardWatch
 
 LEASE_LOST_ERROR = "ShutdownException"  # the one answer after which this processor may never checkpoint again
 PAUSED_POLL_SECONDS = 0.5  # how often a paused processor looks at the switch again (it answers from its cache)
@@ -145,12 +148,15 @@ class ShardProcessor:
         # The image's health check (``cleanup-worker health --kcl``) reads the marker of the message in hand.
         self.marker = MessageMarker(runtime.settings.health_file)
         self.give_up_clock = GiveUpClock(None)
+        self.watch: ShardWatch | None = None
 
     # The protocol's messages.
     @exits_on_fault
     def initialize(self, initialize_input: Any) -> None:
         self.shard_id = initialize_input.shard_id
         log.info("shard assigned", extra={"shardId": self.shard_id, "from": initialize_input.sequence_number})
+        start = initialize_input.sequence_number
+        self.watch = ShardWatch(self.runtime, self.shard_id, str(start) if start else None, writes=not self.dry_run)
         if self.dry_run:
             log.info("dry run: no checkpoint will be written", extra={"shardId": self.shard_id})
             return
@@ -166,6 +172,9 @@ class ShardProcessor:
         After a lost lease the batch is not attempted: the shard's new owner reads it again from the last checkpoint.
         """
         delivered = list(process_records_input.records)
+        behind = process_records_input.millis_behind_latest
+        if self.watch is not None:
+            self.watch.delivered(delivered, behind)
         if not self.can_checkpoint:
             log.warning("lease lost: batch left to the shard's new owner", extra={"shardId": self.shard_id})
             self.all_clean = self.all_clean and not delivered
@@ -178,6 +187,8 @@ class ShardProcessor:
             self.give_up_clock.before(batch)  # a record failing under an earlier process keeps its clock
             attempt = batch.attempt(Deadline.after(grace), shardId=self.shard_id)
             self.give_up_clock.after(batch)
+            if self.watch is not None:
+                self.watch.after_attempt(delivered, batch, behind)
             if attempt.checkpoint is not None:
                 last = delivered[attempt.checkpoint]
                 self.clean_through = (last.sequence_number, last.sub_sequence_number)
@@ -186,6 +197,8 @@ class ShardProcessor:
             if not batch.finished:
                 self._wait(batch)
         self.all_clean = self.all_clean and batch.finished
+        if self.watch is not None and self.checkpointed is not None and self.checkpointed == self.clean_through:
+            self.watch.checkpointed(*self.checkpointed)  # how far the shard is read clean, for the next processor
 
     def _wait(self, batch: InPlaceBatch) -> None:
         """Wait before the next attempt, in slices, telling the health check each time where the batch stands."""
@@ -198,11 +211,18 @@ class ShardProcessor:
     def _report(self, batch: InPlaceBatch) -> None:
         """Progressing towards a verdict on each record (given up at a known moment at the latest), or stuck."""
         if batch.stuck:
-            self.marker.mark(STUCK, records=batch.waiting[:5])
+            self.marker.mark(STUCK, records=batch.waiting[:5], **self._waiting())
             return
         first_tries = batch.failing_since.values()
         give_up_at = min(first_tries) + self.runtime.settings.max_record_retry_seconds if first_tries else None
-        self.marker.mark(PROGRESSING, giveUpAt=give_up_at, failing=len(first_tries))
+        self.marker.mark(PROGRESSING, giveUpAt=give_up_at, failing=len(first_tries), **self._waiting())
+
+    def _waiting(self) -> dict[str, Any]:
+        """The oldest waiting record, for the health marker; its metric published on the way (at most a minute)."""
+        if self.watch is None:
+            return {}
+        self.watch.ages.publish()
+        return self.watch.marker_facts()
 
     def _slice_seconds(self) -> float:
         return min(PAUSED_POLL_SECONDS, self.runtime.settings.stale_after / 4)
@@ -212,10 +232,10 @@ class ShardProcessor:
         paused = False
         while self.runtime.refresh_mode() is Mode.PAUSED:
             paused = True
-            self.marker.mark(PAUSED)  # paused on purpose: healthy, however long
+            self.marker.mark(PAUSED, **self._waiting())  # paused on purpose: healthy while the stream keeps the records
             time.sleep(self._slice_seconds())
         if paused:  # else the state stands (read before every attempt, it must not hide a record stuck)
-            self.marker.mark(PROGRESSING)
+            self.marker.mark(PROGRESSING, **self._waiting())
         if not self.dry_run and not consumes(self.runtime.settings):
             self.dry_run = True
             self.give_up_clock = GiveUpClock(None)  # a dry run gives nothing up: the kept times wait for enforce
@@ -233,6 +253,8 @@ class ShardProcessor:
     @exits_on_fault
     def shard_ended(self, shard_ended_input: Any) -> None:
         """Checkpoint SHARD_END, which lets the child shards start, only when every record of this shard is clean."""
+        if self.watch is not None:
+            self.watch.ended()
         if self.dry_run:
             log.info("dry run: shard ended; SHARD_END not checkpointed", extra={"shardId": self.shard_id})
             return
@@ -250,6 +272,8 @@ class ShardProcessor:
         """Checkpoint what is done before the daemon shuts down."""
         if self.clean_through is not None and self.clean_through != self.checkpointed:
             self._checkpoint(shutdown_requested_input.checkpointer, *self.clean_through)
+        if self.watch is not None and self.checkpointed is not None:
+            self.watch.checkpointed(*self.checkpointed, now=True)  # noted before the shard is handed over
         log.info("shutdown requested", extra={"shardId": self.shard_id, "cleanThrough": self._clean_record()})
 
     # Checkpoints.

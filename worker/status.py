@@ -1,12 +1,15 @@
 """``cleanup-worker status``: the worker's state on one screen (or in one JSON object), from read-only calls.
 
-Mode and kill switch; for the stream poller, each shard's checkpoint and lag and the lease's holder and term; the
+Mode and kill switch; for the stream poller, each shard's checkpoint and lag (or, past the stream's retention, the
+records lost) and the lease's holder and term, for the table's latest stream and every earlier one the poller has
+not finished (``--table-name``); the
 depth and oldest-message age of the dead-letter queue (DEAD_LETTER_QUEUE_URL), of the backlog of quota-bound work
 (BACKLOG_QUEUE_URL: how many grants still wait for the quota, and since when) and of the on-failure queue (given on
 the command line: it is the mapping's, not a setting of the worker); the last sweep. The gathering is
 ``cleanup.operations.status``; this module picks the stream and prints.
 
-Exit code: 0 when every part could be read, 1 when some could not (shown with its error), 2 on usage errors.
+Exit code: 0 when every part could be read and no record is lost or about to be (a waiting record past the stream's
+critical age), 1 otherwise (shown with its error, loss or warning), 2 on usage errors.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from cleanup.exceptions import CleanupError
 from cleanup.operations import status
 from cleanup.runtime import Runtime
 from cleanup.streams.reader import latest_stream_arn
+from cleanup.streams.record_age import verdict
 from worker.exit_codes import ExitCode
 
 
@@ -60,19 +64,30 @@ def gather(args: argparse.Namespace, runtime: Runtime) -> dict[str, Any] | None:
         "backlog": runtime.settings.backlog_queue_url,
         "onFailure": args.on_failure_queue_url,
     }
-    return {
+    report: dict[str, Any] = {
         "mode": status.mode(runtime),
         "poller": status.poller(runtime, stream_arn),
         "queues": {name: status.queue(runtime, url) for name, url in queues.items() if url},
         "lastSweep": status.last_sweep(runtime),
     }
+    if not args.stream_arn:  # a table's: its earlier streams the poller has not finished come first
+        report["earlierStreams"] = status.earlier_streams(runtime, stream_arn)
+    return report
 
 
 def _errors(report: dict[str, Any]) -> bool:
-    """Whether a part could not be read (an unreadable kill switch is shown, but the mode in force is known)."""
-    poller = report["poller"]
-    parts = [poller, *poller.get("shards", []), *report["queues"].values(), report["lastSweep"]]
-    return any(part.get("error") for part in parts)
+    """Whether a part could not be read (an unreadable kill switch is shown, but the mode in force is known), or a
+    shard shows records lost or about to be."""
+    earlier = report.get("earlierStreams", [])
+    pollers = [report["poller"], *(earlier if isinstance(earlier, list) else [])]
+    parts = [*pollers, *[s for p in pollers for s in p.get("shards", [])], *report["queues"].values()]
+    parts += [report["lastSweep"], earlier if isinstance(earlier, dict) else {}]
+    return any(part.get("error") or part.get("lost") or _critical(part) for part in parts)
+
+
+def _critical(part: dict[str, Any]) -> bool:
+    lag = part.get("lagSeconds")
+    return isinstance(lag, int | float) and verdict(lag) == "critical"
 
 
 LABELS = {"deadLetter": "dead-letter", "backlog": "backlog", "onFailure": "on-failure"}
@@ -88,6 +103,11 @@ def show(report: dict[str, Any], out: IO[str]) -> None:
     )
     if mode.get("error"):
         print(f"             kill switch unreadable: {mode['error']}", file=out)
+    earlier = report.get("earlierStreams", [])
+    if isinstance(earlier, dict):
+        print(f"earlier      cannot list the table's earlier streams: {earlier['error']}", file=out)
+    for poller in earlier if isinstance(earlier, list) else []:
+        _show_poller(poller, out, "earlier")
     _show_poller(report["poller"], out)
     for name, queue in report["queues"].items():
         label = LABELS.get(name, name)
@@ -104,8 +124,10 @@ def show(report: dict[str, Any], out: IO[str]) -> None:
     print(f"last sweep   {text}", file=out)
 
 
-def _show_poller(poller: dict[str, Any], out: IO[str]) -> None:
-    print(f"stream       {poller['stream']}", file=out)
+def _show_poller(poller: dict[str, Any], out: IO[str], label: str = "stream") -> None:
+    gone = " (gone: its unfinished shards are lost)" if poller.get("gone") else ""
+    first = " (read before the latest)" if label == "earlier" and not gone else ""
+    print(f"{label:<12} {poller['stream']}{gone}{first}", file=out)
     if "error" in poller:
         print(f"             error: {poller['error']}", file=out)
         return
@@ -115,14 +137,24 @@ def _show_poller(poller: dict[str, Any], out: IO[str]) -> None:
     holder = f"{lease['holder']} (term {lease['term']})" if lease["holder"] else "nobody"
     print(f"lease        {holder}", file=out)
     for shard in poller["shards"]:
-        if "error" in shard:
-            lag = f"error: {shard['error']}"
-        elif shard.get("finished"):
-            lag = "finished"
-        elif "lagSeconds" in shard:
-            lag = f"{shard['waiting']} records waiting, oldest {shard['lagSeconds']:.0f} s"
-        else:
-            lag = "caught up"
         pin = f" (pinned at {shard['pinnedAt']})" if "pinnedAt" in shard else ""
         pin = pin or (f" (pinned since {shard['pinnedSince']})" if "pinnedSince" in shard else "")
-        print(f"shard        {shard['shardId']}  checkpoint {shard['checkpoint'] or '-'}{pin}  {lag}", file=out)
+        print(f"shard        {shard['shardId']}  checkpoint {shard['checkpoint'] or '-'}{pin}  {_lag(shard)}", file=out)
+
+
+def _lag(shard: dict[str, Any]) -> str:
+    """What a shard's line says after its checkpoint: the loss first, then what waits."""
+    if "error" in shard:
+        return f"error: {shard['error']}"
+    lost = shard.get("lost")
+    said = f"LOST: records after {lost['after'] or 'its start'} ({lost['why']})" if lost else ""
+    if shard.get("finished"):
+        waiting = "finished"
+    elif "lagSeconds" in shard:
+        waiting = f"{shard['waiting']} records waiting, oldest {shard['lagSeconds']:.0f} s"
+        waiting += f"; WARNING: {shard['warning']}" if "warning" in shard else ""
+    elif "waiting" in shard:
+        waiting = "caught up"
+    else:
+        waiting = ""
+    return "; then ".join(part for part in (said, waiting) if part)

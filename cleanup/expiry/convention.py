@@ -28,6 +28,8 @@ SORT_KEY = "meta"
 GRANT_NAME_PREFIX = "session:"
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 REGISTRY_EXPIRES_AT = "expiresAt"
+CANARY_TENANT = "session-cleanup-canary"
+"""The tenant of the canary's sessions (``cleanup.operations.canary``): the worker counts them apart."""
 DEFAULT_NAMES = AttributeNames.model_construct()  # the documented defaults, without reading the environment
 
 

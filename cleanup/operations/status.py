@@ -3,7 +3,10 @@
 * the mode in force: CLEANUP_MODE and the kill switch (read through the local agent, as the worker reads it);
 * the stream poller: each shard's checkpoint (or a LATEST start's pin), its lag (records waiting after the checkpoint
   or from the pin, and the age of the first of them: a bounded read of at most ``LAG_PAGES`` GetRecords pages), and
-  the stream lease's holder and term (one Query of the checkpoint table);
+  the stream lease's holder and term (one Query of the checkpoint table). A checkpoint the stream has trimmed past is
+  shown as the loss it is (``lost``: after the checkpoint, before the first record still there), not as a lag; a
+  waiting record past half the stream's retention carries a ``warning``. The table's earlier streams with unfinished
+  checkpoints (``cleanup.streams.lineup``) are shown too: the poller reads them first, or, gone, reports them lost;
 * the queues: depth (GetQueueAttributes) and oldest-message age, which SQS gives only as a CloudWatch metric
   (GetMetricStatistics ``ApproximateAgeOfOldestMessage``; "unknown" when CloudWatch has no datapoint);
 * the last sweep, as CloudWatch saw it: the sweeper keeps no state of its own, but every sweep emits
@@ -19,12 +22,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cleanup.aws.calls import call
-from cleanup.exceptions import CleanupError
+from cleanup.exceptions import CleanupError, StreamNotFoundError
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_call, table_exists
 from cleanup.streams.checkpoints import Checkpoint, checkpoint_of
 from cleanup.streams.lease import LEASE_SHARD
-from cleanup.streams.reader import list_shards
+from cleanup.streams.lineup import unfinished_streams
+from cleanup.streams.reader import ShardReader, list_shards
+from cleanup.streams.record_age import describe, verdict
+from cleanup.streams.shard_losses import GONE
 from cleanup.streams.shard_state import shard_reader
 
 LAG_PAGES = 3
@@ -42,14 +48,30 @@ def mode(runtime: Runtime) -> dict[str, Any]:
     }
 
 
+def earlier_streams(runtime: Runtime, latest: str) -> list[dict[str, Any]] | dict[str, Any]:
+    """Each earlier stream of ``latest``'s table with unfinished checkpoints, as ``poller`` shows a stream (an error
+    instead when the checkpoint table cannot be read)."""
+    table = runtime.settings.checkpoint_table
+    try:
+        if not table_exists(runtime.clients.dynamodb, table):
+            return []
+        earlier = unfinished_streams(runtime.clients.dynamodb, table, latest)
+    except CleanupError as exc:
+        return {"table": table, "error": str(exc)}
+    return [poller(runtime, arn) for arn in earlier]
+
+
 def poller(runtime: Runtime, stream_arn: str) -> dict[str, Any]:
     """The lease and each shard's checkpoint and lag (read-only)."""
     table = runtime.settings.checkpoint_table
+    items: dict[str, dict[str, Any]] = {}
     try:
         # No table: no poller has run (a Lambda deployment); the lag still says what one would find.
         exists = table_exists(runtime.clients.dynamodb, table)
         items = _checkpoint_items(runtime, table, stream_arn) if exists else {}
         shards = list_shards(runtime.clients.streams, stream_arn)
+    except StreamNotFoundError:
+        return _gone(stream_arn, table, items)
     except CleanupError as exc:
         return {"stream": stream_arn, "table": table, "error": str(exc)}
     lease = items.pop(LEASE_SHARD, None)
@@ -58,6 +80,23 @@ def poller(runtime: Runtime, stream_arn: str) -> dict[str, Any]:
         "table": table if exists else None,
         "lease": _lease(lease),
         "shards": [_shard(runtime, stream_arn, shard.shard_id, items.get(shard.shard_id)) for shard in shards],
+    }
+
+
+def _gone(stream_arn: str, table: str, items: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A stream that no longer exists: its unfinished checkpoints are records lost (the next run reports them)."""
+    items.pop(LEASE_SHARD, None)
+    unfinished = {shard: checkpoint_of(item) for shard, item in items.items() if not checkpoint_of(item).finished}
+    shards = [
+        {"shardId": shard, "checkpoint": c.sequence_number, "lost": {"after": c.sequence_number, "why": GONE}}
+        for shard, c in sorted(unfinished.items())
+    ]
+    return {
+        "stream": stream_arn,
+        "table": table,
+        "gone": True,
+        "lease": {"holder": None, "term": None},
+        "shards": shards,
     }
 
 
@@ -102,22 +141,33 @@ def _shard(runtime: Runtime, stream_arn: str, shard_id: str, item: dict[str, Any
     reader = shard_reader(
         runtime.clients.streams, stream_arn, shard_id, saved, start, runtime.settings, limit=1000, empty_reads_at_end=1
     )
-    waiting = 0
-    first: dict[str, Any] | None = None
     try:
-        for _ in range(LAG_PAGES):
-            records = reader.read().records
-            waiting += len(records)
-            if first is None and records:
-                first = records[0]
-            if reader.ended or not records:
-                break
+        waiting, first = _waiting(reader)
     except CleanupError as exc:
         return {**line, "error": str(exc)}
+    if reader.gap_after is not None:  # the checkpoint (or pin) is older than the stream's retention
+        before = first.get("dynamodb", {}).get("SequenceNumber") if first else None
+        line["lost"] = {"after": reader.gap_after, "before": before, "why": "trimmed before they were read"}
     line["waiting"] = waiting if waiting < LAG_PAGES * 1000 else f"{waiting}+"
     if first is not None:
         line["lagSeconds"] = round(time.time() - _created(first), 1)
+        if verdict(line["lagSeconds"]) is not None:
+            line["warning"] = describe(line["lagSeconds"])
     return line
+
+
+def _waiting(reader: ShardReader) -> tuple[int, dict[str, Any] | None]:
+    """How many records wait (at most LAG_PAGES pages), and the first of them."""
+    waiting = 0
+    first: dict[str, Any] | None = None
+    for _ in range(LAG_PAGES):
+        records = reader.read().records
+        waiting += len(records)
+        if first is None and records:
+            first = records[0]
+        if reader.ended or not records:
+            break
+    return waiting, first
 
 
 def _created(record: dict[str, Any]) -> float:

@@ -5,7 +5,8 @@ again; it never crashes on it. A checkpoint left unwritten only means records ar
 permanent error (``CheckpointTableError``, e.g. a missing permission) is not retried: it ends the command.
 
 A dry run reads the checkpoints (it starts where an enforce run would) and writes or deletes none: the consumer moves
-on in memory only, and the next enforce run starts from the same place.
+on in memory only, and the next enforce run starts from the same place. Where shards start at LATEST, a dry run keeps
+the pins it reads from apart (``cleanup.streams.previews``), and every consumer reads them with the checkpoints.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cleanup.aws.retry import Deadline, call_with_retry
 from cleanup.core.retry_in_place import Backoff, consumes
 from cleanup.exceptions import StopRequested, TransientError
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore
+from cleanup.streams.previews import PreviewPins
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
@@ -30,11 +32,22 @@ class PollCheckpoints:
     """One stream's checkpoints, as far as this consumer knows them (``saved``: what the table holds)."""
 
     def __init__(
-        self, store: CheckpointStore, settings: Settings, stopping: threading.Event, wait: Callable[[float], None]
+        self,
+        store: CheckpointStore,
+        settings: Settings,
+        stopping: threading.Event,
+        wait: Callable[[float], None],
+        *,
+        latest: bool = False,
     ) -> None:
-        """``wait`` sleeps (returning early once ``stopping`` is set), keeping the lease while it does."""
+        """``wait`` sleeps (returning early once ``stopping`` is set), keeping the lease while it does; ``latest``:
+        shards without a checkpoint start at LATEST, so the dry runs' pins are read (and kept, in a dry run)."""
         self.store = store
         self.saved: dict[str, Checkpoint] = {}
+        self.previews = PreviewPins(store.dynamodb, store.table, store.stream_arn)
+        self.latest = latest
+        self.keeps_previews = False
+        """A dry run at LATEST keeps its pins once it knows the checkpoint table exists (it creates none)."""
         self._settings = settings
         self._stopping = stopping
         self._wait = wait
@@ -69,8 +82,11 @@ class PollCheckpoints:
             raise StopRequested(operation) from exc
 
     def load(self) -> dict[str, Checkpoint]:
-        """Read every shard's checkpoint, waiting for the table as long as it fails (raises as ``persist``)."""
+        """Read every shard's checkpoint (and, at LATEST, the dry runs' pins), waiting for the table as long as it
+        fails (raises as ``persist``)."""
         self.saved = self.persist("Query", self.store.load)
+        if self.latest:
+            self.persist("Query", self.previews.load)
         return self.saved
 
     def save(self, shard_id: str, checkpoint: Checkpoint, *, strict: bool = False) -> bool:

@@ -69,6 +69,18 @@ class CheckpointStore:
         self._stream = stream_arn
         self._lease = lease
 
+    @property
+    def dynamodb(self) -> DynamoDBClient:
+        return self._dynamodb
+
+    @property
+    def table(self) -> str:
+        return self._table
+
+    @property
+    def stream_arn(self) -> str:
+        return self._stream
+
     def load(self) -> dict[str, Checkpoint]:
         """Every shard's checkpoint (one Query, paged).
 

@@ -6,6 +6,11 @@ stream to its end (or until it is gone, counting what it could not read as lost)
 table's current stream and reads the new one from its start (TRIM_HORIZON), logging the change. While the table
 names no other stream, the follower looks again every SHARD_DISCOVERY_SECONDS, and the health check says why the
 poller is unhealthy (``cleanup.streams.stream_state``): it cleans nothing meanwhile.
+
+A follower that starts (a restart, a deployment, a crash at the change) first reads every earlier stream of the table
+that has unfinished checkpoints, oldest first (``cleanup.streams.lineup``), each under its own lease: to its end, or,
+if it is gone, reporting its unfinished checkpoints lost once and forgetting them. Only then the table's latest stream,
+from its start. A standby stands by on the lease of the oldest such stream.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from typing import TYPE_CHECKING
 
 from cleanup.exceptions import StreamNotFoundError, TransientError
 from cleanup.runtime import Runtime
+from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.discovery import table_stream
+from cleanup.streams.lineup import unfinished_streams
 from cleanup.streams.poller import StreamPoller
 from cleanup.streams.shard_state import PollSummary
 from cleanup.streams.stream_state import StreamState
@@ -65,6 +72,13 @@ class StreamFollower:
         """
         start: StartPosition | None = None  # START_POSITION for the first stream; a new one is read from its start
         try:
+            latest = self.stream_arn
+            for earlier in self._earlier_streams():
+                self.stream_arn = earlier
+                if not self._consume(StartPosition.TRIM_HORIZON, until_idle):
+                    return self.summary  # not read to its end: the later streams' records follow its own
+                start = StartPosition.TRIM_HORIZON
+            self.stream_arn = latest
             while not self._stopping.is_set() and self._consume(start, until_idle):
                 following = self._next_stream(until_idle)
                 if following is None:
@@ -75,6 +89,31 @@ class StreamFollower:
         finally:
             self._state.clear()
         return self.summary
+
+    def _earlier_streams(self) -> list[str]:
+        """The table's earlier streams with unfinished checkpoints, oldest first (none without a table, or with no
+        checkpoint table yet); the checkpoint table is asked until it answers, or the follower is stopped.
+
+        Raises:
+            CheckpointTableError: the table refuses the worker (e.g. ``dynamodb:Scan`` not granted).
+        """
+        if self.table is None:
+            return []
+        dynamodb, table = self.runtime.clients.dynamodb, self.runtime.settings.checkpoint_table
+        while not self._stopping.is_set():
+            try:
+                if not table_exists(dynamodb, table):
+                    return []
+                earlier = unfinished_streams(dynamodb, table, self.stream_arn)
+            except TransientError as exc:
+                log.warning("cannot read the checkpoint table; will look again", extra={"error": str(exc)})
+                self._stopping.wait(self.runtime.settings.shard_discovery_seconds)
+                continue
+            for arn, shards in earlier.items():
+                extra = {"table": self.table, "streamArn": arn, "unfinishedShards": shards, "latest": self.stream_arn}
+                log.warning("an earlier stream of the table has unfinished checkpoints: reading it first", extra=extra)
+            return list(earlier)
+        return []
 
     def _consume(self, start: StartPosition | None, until_idle: bool) -> bool:
         """Run a poller on the current stream; True when the stream has ended."""

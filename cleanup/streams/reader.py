@@ -178,6 +178,31 @@ class ShardReader:
             return Checkpoint(self.last, since=self.since)
         return None
 
+    def peek(self) -> dict[str, Any] | None:
+        """The next record this reader would hand out, read apart (a GetShardIterator and at most
+        ``EMPTY_READS_AT_END`` GetRecords), without moving the reader; None when none is there yet.
+
+        Raises:
+            TransientError / PermanentError: as ``read``.
+        """
+        fresh = self.last is None
+        since = self.since if fresh and self.first is None else None
+        probe = ShardReader(
+            self.streams,
+            self.stream_arn,
+            self.shard_id,
+            after=self.last,
+            at=self._at if fresh else None,
+            since=since,
+            start=self._start,
+            limit=None if since is not None else 1,  # passing over records from before a LATEST start takes pages
+        )
+        while not probe.drained:
+            records = probe.read().records
+            if records:
+                return records[0]
+        return None
+
     @property
     def drained(self) -> bool:
         """Nothing more to read for now: the shard ended, or answered empty ``empty_reads_at_end`` times in a row."""

@@ -6,7 +6,8 @@ MAX_RECORD_ATTEMPTS-th permanent failure or once it has been failing for MAX_REC
 queue a record given up holds its shard, which says so on every attempt.
 
 A shard started at LATEST has no position to come back to until it has a clean record: ``Pins`` writes the one its
-reader names (``ShardReader.resume_point``) before anything is done with what it read.
+reader names (``ShardReader.resume_point``) before anything is done with what it read; a dry run keeps it apart, for
+the enforce run that follows (``cleanup.streams.previews``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cleanup.core.retry_in_place import InPlaceBatch
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint
+from cleanup.streams.previews import has_place
 from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, Shard, ShardReader
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
@@ -88,6 +90,11 @@ class Cursor:
     """Failed reads in a row."""
     pinning: bool = True
     """Until its first clean checkpoint, the reader's resume point is written (``Pins``)."""
+    unmarked: bool = False
+    """The shard has no item in the checkpoint table yet: one is written before its first read."""
+    head: str | None = None
+    """Read from its start with no checkpoint: the shard's StartingSequenceNumber, until its first read is checked
+    for a trimmed head (``cleanup.streams.shard_losses``)."""
 
     @property
     def shard_id(self) -> str:
@@ -130,28 +137,22 @@ def shard_reader(
     )
 
 
-def report_lost(runtime: Runtime, summary: PollSummary, shard_id: str, after: str | None, before: str | None) -> None:
-    """Records that left the stream before they were read: an ERROR line, the ``RecordsLost`` metric, the summary."""
-    log.error(
-        "records lost: trimmed from the stream before they were read",
-        extra={"shardId": shard_id, "afterSequenceNumber": after, "beforeSequenceNumber": before},
-    )
-    runtime.metrics.count("RecordsLost")
-    runtime.metrics.flush()
-    summary.lost.append({"shardId": shard_id, "after": after, "before": before})
-
-
 class Pins:
     """The resume points of shards started at LATEST, written before the records read are acted on. A dry run writes
-    none: it keeps them in memory, for the reading from the checkpoints that follows a switch back to enforce."""
+    no checkpoint: it keeps them in memory, for the reading from the checkpoints that follows a switch back to enforce
+    in the same process, and as previews (``cleanup.streams.previews``), for the enforce run that follows it."""
 
     def __init__(self, checkpoints: PollCheckpoints) -> None:
         self._checkpoints = checkpoints
         self._unwritten: dict[str, Checkpoint] = {}
 
     def start(self, shard_id: str) -> Checkpoint | None:
-        """Where the shard's reading starts: its checkpoint, or a resume point a dry run did not write."""
-        return self._checkpoints.saved.get(shard_id) or self._unwritten.get(shard_id)
+        """Where the shard's reading starts: its checkpoint or pin, else a resume point a dry run did not write (in
+        this process, or before it), else its item (a shard started, with no position yet), if any."""
+        saved = self._checkpoints.saved.get(shard_id)
+        if has_place(saved):
+            return saved
+        return self._unwritten.get(shard_id) or self._checkpoints.previews.pins.get(shard_id) or saved
 
     def pin(self, cursor: Cursor) -> None:
         """Write the cursor's resume point if it moved (a no-op once the shard has a clean checkpoint).
@@ -167,6 +168,8 @@ class Pins:
             return
         if not self._checkpoints.save(cursor.shard_id, point, strict=True):
             self._unwritten[cursor.shard_id] = point
+            if self._checkpoints.keeps_previews:
+                self._checkpoints.previews.keep(cursor.shard_id, point)
         log.info(
             "shard started at LATEST pinned", extra={"shardId": cursor.shard_id, "at": point.at, "since": point.since}
         )
