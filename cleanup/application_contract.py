@@ -1,29 +1,30 @@
 """The applications' side of the contract: a library for the application that writes the session items, so that the
-worker, the sweeper and ``cleanup-worker reconcile`` find and free what each session holds (formerly
-``cleanup.expiry.write_path``). Create, touch and end a session item so that expiry finds it on time.
+worker, the sweeper and ``cleanup-worker reconcile`` find and free what each session holds. Create, touch and end a
+session item so that expiry finds it on time.
 
-Besides its resources (``connectionId``, ``scratchPrefix``, ``grantId``) and ``tenantId``, a session item carries
-the two attributes expiry reads, always written together:
+Besides its resources (``connectionId``, ``scratchPrefix``, ``grantId``) and ``tenantId``, a session item carries the
+two attributes expiry reads, always written together:
 
-- ``ttl`` (N, epoch seconds): when the session expires. DynamoDB TTL deletes the item some time after it (best
-  effort), and the sweeper deletes it within a sweep of it.
-- ``expiryBucket`` (S): the ttl rounded down to ``EXPIRY_BUCKET_SECONDS``, as ``"<bucket-start>"``, or
-  ``"<bucket-start>#<shard>"`` when ``EXPIRY_SHARDS`` > 1. It is the partition key of the sweeper's sparse index
-  (sort key ``ttl``), so the sweeper finds expired sessions with one Query per bucket instead of a Scan.
+- ``ttl`` (N, epoch seconds): when the session expires. DynamoDB TTL deletes the item some time after it (best effort),
+and the sweeper deletes it within a sweep of it. - ``expiryBucket`` (S): the ttl rounded down to
+``EXPIRY_BUCKET_SECONDS``, as ``"<bucket-start>"``, or ``"<bucket-start>#<shard>"`` when ``EXPIRY_SHARDS`` > 1. It is
+the partition key of the sweeper's sparse index (sort key ``ttl``), so the sweeper finds expired sessions with one Query
+per bucket instead of a Scan.
 
-``create_session`` refuses to overwrite a live item (its resources would never be cleaned), ``touch_session``
-refreshes ttl and bucket only while the item exists and its ttl is ahead (so it never resurrects a deleted or
-expired session), ``live_session`` reads an item as gone once its ttl has passed (TTL may delete it days later), and
-``end_session`` deletes it: the stream's REMOVE then cleans everything up.
+``create_session`` refuses to overwrite a live item (its resources would never be cleaned), ``touch_session`` refreshes
+ttl and bucket only while the item exists and its ttl is ahead (so it never resurrects a deleted or expired session),
+``live_session`` reads an item as gone once its ttl has passed (TTL may delete it days later), and ``end_session``
+deletes it: the stream's REMOVE then cleans everything up.
 
 The session's KMS grant is created by ``create_session_grant``, named ``session:<session-id>`` (``grant_name``): the
 name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. How ids,
 keys (``session_key``), grant names, scratch prefixes, memberships and expiry buckets are spelled is
-``cleanup.expiry.convention``; every helper takes ``key_prefix`` and ``sort_key`` (None for a table without a sort
-key): pass the deployment's, or reconcile looks for the item under another key. With SESSION_BINDING on (the default)
-the worker frees nothing that is not bound to its session, so ``create_session`` refuses a prefix that does not end
-in ``<id>/``. ``join_room`` writes a connection's room membership in the connection registry with the session's id
-and its join time, by which reconcile finds the memberships of a session that is gone.
+``cleanup.expiry.convention``; every helper takes ``key_prefix`` and ``sort_key`` (None for a table without a sort key):
+pass the deployment's, or reconcile looks for the item under another key. With SESSION_BINDING on (the default) the
+worker frees nothing that is not bound to its session, so ``create_session`` refuses a prefix that does not end in
+``<id>/`` (and the worker frees only ``<root>[<tenant>/]<id>/``). ``join_room`` writes a connection's room membership in
+the connection registry with the session's id and its join time, by which reconcile finds the memberships of a session
+that is gone.
 """
 
 from __future__ import annotations
@@ -47,6 +48,22 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_kms import KMSClient
     from mypy_boto3_kms.literals import GrantOperationType
+
+__all__ = [
+    "DEFAULT_BUCKET_SECONDS",
+    "DEFAULT_NAMES",
+    "MEMBERSHIP_TTL_SECONDS",
+    "bucket_start",
+    "create_session",
+    "create_session_grant",
+    "end_session",
+    "expiry_bucket",
+    "expiry_buckets",
+    "join_room",
+    "live_session",
+    "session_key",
+    "touch_session",
+]
 
 DEFAULT_BUCKET_SECONDS: int = Settings.model_fields["expiry_bucket_seconds"].default
 MEMBERSHIP_TTL_SECONDS = 2 * 3600 + 600  # API Gateway's two-hour cap on a connection, and a margin

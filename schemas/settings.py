@@ -220,13 +220,14 @@ class Settings(BaseSettings):
     partition holds other rows besides the session's."""
     session_binding: bool = True
     """SESSION_BINDING: free a session's grant only if its Name is ``session:<id>`` (one ListGrants before the
-    RetireGrant), and its scratch prefix only if it ends in ``<id>/``, ``<id>`` being the item key's id (the partition
-    key less SESSION_KEY_PREFIX, or ``session#``), as the write path (``cleanup.expiry.write_path``) writes them; an
-    unbound one is kept and its record fails permanently. Off: for tables whose resources follow no such convention."""
+    RetireGrant), its scratch prefix only if it is exactly ``<root>[<tenant>/]<id>/``, and a room membership only
+    where the registry says it is held by ``<id>``, ``<id>`` being the item key's id (the partition key less
+    SESSION_KEY_PREFIX, or ``session#``), as the write path (``cleanup.application_contract``) writes them; an unbound
+    one is kept and its record fails permanently. Off: for tables whose resources follow no such convention."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
     global_table: bool = False
     """GLOBAL_TABLE: SESSION_TABLE is a global table with a worker in each of its regions: a session is cleaned only
-    by the region its item names (execute-api callbackUrl, kmsKeyId ARN, ATTR_HOME_REGION; ``cleanup.region``), and
+    by the region its item names (execute-api callbackUrl, kmsKeyId ARN, ATTR_HOME_REGION; ``cleanup.core.region``), and
     skipped elsewhere (``SessionsElsewhere``)."""
     scratch_bucket_region: str | None = None
     """SCRATCH_BUCKET_REGION: the region of SCRATCH_BUCKET, required with GLOBAL_TABLE (declared: read by no call). A

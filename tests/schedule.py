@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,11 @@ from schemas.settings import Settings
 from tests.faults import RawBody
 
 EMPTY_SUCCESS = {"DeleteConnection", "RetireGrant", "DeleteObject"}
-DESTRUCTIVE = {"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem"}
+DESTRUCTIVE = {"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem", "DeleteItem"}
+WAITED_AT_MOST = 0.4
+"""The longest a destructive attempt may follow the read that allowed it: the permit's bound (0.25 s) and room for
+a loaded machine. A read taken before a wait for a turn (half a second at the scripts' paced rate) is later than
+this."""
 FAULTS = ("500", "throttle", "garbled")
 SCRIPTED = "scripted_call"
 GARBLED = {  # 200 answers botocore parses without complaint, and which say nothing about the item
@@ -53,6 +58,7 @@ class Event:
     what: str
     live: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -138,6 +144,7 @@ ACTION_OF = {
     "DeleteObjects": "scratch",
     "DeleteObject": "scratch",
     "BatchWriteItem": "registry",
+    "DeleteItem": "tokens",
 }
 
 
@@ -166,20 +173,27 @@ def violations(log: list[Event]) -> list[str]:
     the last; one whose permit's reading came before a destructive call made in between; one destroying what the
     live item held at that reading."""
     found: list[str] = []
-    clean: dict[str, Any] | None = None  # the item at the latest clean BatchGetItem answer
+    clean: Event | None = None  # the latest clean BatchGetItem answer
     states: dict[int, dict[str, Any] | None] = {}
     read_at: dict[int, int] = {}
+    answered: dict[int, float] = {}
     permits: dict[str, tuple[int, int]] = {}
     destroyed_at: list[int] = []
     for position, event in enumerate(log):
         if event.kind == "read":
-            clean = event.live
+            clean = event
         elif event.kind == "fence-read":
-            states[int(event.what)], read_at[int(event.what)] = clean, position
+            number = int(event.what)
+            states[number], read_at[number] = (clean.live if clean else None), position
+            answered[number] = clean.at if clean else event.at
         elif event.kind == "permit":
             permits[event.what] = (position, int(event.params["reading"]))
         elif event.kind == "destroy":
-            found += _judge(event, permits.pop(ACTION_OF[event.what], None), states, read_at, destroyed_at)
+            permit = permits.pop(ACTION_OF[event.what], None)
+            found += _judge(event, permit, states, read_at, destroyed_at)
+            if permit is not None and permit[1] in answered and event.at - answered[permit[1]] > WAITED_AT_MOST:
+                waited = event.at - answered[permit[1]]
+                found.append(f"{event.what} {event.params} sent {waited:.2f} s after the read that allowed it")
             destroyed_at.append(position)
     return found
 
@@ -216,4 +230,6 @@ def _held(live: dict[str, Any] | None, event: Event) -> bool:
         return any(str(entry["Key"]).startswith(prefix) for entry in params["Delete"]["Objects"])
     if event.what == "DeleteObject":
         return str(params["Key"]).startswith(prefix)
+    if event.what == "DeleteItem":
+        return bool(params.get("Key", {}).get("pk") == {"S": f"token#{live.get('tokenId')}"})
     return event.what == "BatchWriteItem" and live.get("connectionId") is not None

@@ -3,10 +3,8 @@ through the action API, behind the same fence, and carried by the same backlog, 
 
 from __future__ import annotations
 
-import importlib
 import json
 import uuid
-import warnings
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from typing import Any
@@ -252,14 +250,6 @@ def test_a_dead_lettered_record_is_redriven_with_the_plugins_work(stack: Session
 
     assert result.settled and [o.status for o in result.outcomes] == [Status.CLEANED]
     assert sort_keys(stack, "p7") == []
-
-
-def test_the_old_module_names_are_the_new_modules_for_a_release() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        assert importlib.import_module("cleanup.inplace") is importlib.import_module("cleanup.core.retry_in_place")
-        old = importlib.import_module("cleanup.expiry.write_path")
-        assert old is importlib.import_module("cleanup.application_contract")
 
 
 @pytest.mark.usefixtures("in_lambda")

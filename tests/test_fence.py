@@ -1,13 +1,17 @@
 """The one rule before every destructive call: a fresh read of the live item, positively understood, or keep.
 
-The first tests are the holes a hostile review found, one each; the last is the rule itself, checked over scripts
-in which the session comes back between any two AWS calls and any call may fail or be answered with garbage.
+The first tests are holes the rule once had, one each; the last is the rule itself, checked over scripts in which the
+session comes back between any two AWS calls, any call may fail or be answered with garbage, the freeing calls may
+wait for their turns at a learnt rate, botocore may retry, and a kind that is not built in frees beside the
+built-ins: every destructive attempt must follow a clean read that did not hold what it frees, taken after the
+previous destructive attempt and at most ``schedule.WAITED_AT_MOST`` before it (after any wait).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,11 +19,13 @@ from botocore.awsrequest import AWSResponse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cleanup.actions import loading
 from cleanup.core.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import LOGGER_NAME, Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Outcome, Status
 from schemas.records import read_lambda_event
+from tests.action_tokens import Tokens, token_key
 from tests.faults import RawBody
 from tests.schedule import FAULTS, FenceLog, Script, ScriptedClients, violations
 from tests.stack import SessionStack
@@ -205,21 +211,42 @@ def recreated(stack: SessionStack, old: dict[str, Any], how: str) -> dict[str, A
     return {**old, "grantId": grant, "connectionId": f"conn-{uuid.uuid4().hex[:8]}", "scratchPrefix": f"{prefix}x/"}
 
 
-def check_the_rule(stack: SessionStack, drawn: tuple[int, str, int | None, dict[int, str]]) -> None:
+Conditions = tuple[bool, int, bool]
+conditions = st.tuples(st.booleans(), st.sampled_from([1, 3]), st.booleans())
+"""How the calls go: paced (every freeing service at a learnt 2 calls a second, so calls wait for their turns),
+botocore's attempts (its own retries of what it may send again), and whether a kind that is not built in (``tokens``,
+its resource named by an attribute of its own) is enabled beside the built-ins."""
+
+
+def check_the_rule(
+    stack: SessionStack,
+    drawn: tuple[int, str, int | None, dict[int, str]],
+    how_calls_go: Conditions = (False, 1, False),
+) -> None:
     objects, how, recreate_at, faults = drawn
+    paced, attempts, tokens = how_calls_go
     sid = uuid.uuid4().hex[:10]
-    old = stack.put_session(sid, objects=objects, connection_id=f"conn-{sid}")
+    extra = {}
+    if tokens:
+        stack.ddb.put_item(TableName=stack.table, Item={**token_key(f"tok-{sid}"), "owner": {"S": sid}})
+        extra = {"tokenId": f"tok-{sid}"}
+    old = stack.put_session(sid, objects=objects, connection_id=f"conn-{sid}", extra=extra)
     stack.delete(sid)
     script = Script(recreate_at=recreate_at, recreated=recreated(stack, old, how), faults=dict(faults))
-    runtime = scripted_runtime(stack, script, None)
+    runtime = scripted_runtime(stack, script, None, botocore_max_attempts=attempts)
+    if paced:
+        runtime.clients.pacer.seed(dict.fromkeys(("kms", "s3", "apigatewaymanagementapi"), 2.0))
 
     outcome = clean(stack, runtime)
 
     log = runtime.clients.log  # type: ignore[attr-defined]
-    assert violations(log) == [], f"script {drawn}: {outcome.actions}"
+    assert violations(log) == [], f"script {drawn} {how_calls_go}: {outcome.actions}"
     live = runtime.clients.live  # type: ignore[attr-defined]
     if outcome.status is Status.CLEANED and live is None:  # cleaned, and nobody came back: nothing of it is left
         assert stack.objects(old["scratchPrefix"]) == [] and old["grantId"] not in stack.grant_ids()
+        if tokens:
+            found = stack.ddb.get_item(TableName=stack.table, Key=token_key(f"tok-{sid}"), ConsistentRead=True)
+            assert "Item" not in found
 
 
 def test_a_read_is_judged_by_what_its_answer_carried(stack: SessionStack) -> None:
@@ -245,23 +272,40 @@ def test_a_read_is_judged_by_what_its_answer_carried(stack: SessionStack) -> Non
     assert violations(log) == [], f"{outcome.actions}"
 
 
-@given(drawn=scripts())
+@pytest.fixture
+def with_tokens(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The built-ins and ``tokens`` enabled (a session without a token plans nothing of it)."""
+    loading.register(Tokens)
+    monkeypatch.setenv("ACTIONS", "connection,grant,scratch,tokens")
+    yield
+    loading.unregister(Tokens.name)
+
+
+@given(drawn=scripts(), how_calls_go=conditions)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_no_destructive_call_destroys_what_the_live_item_held_at_the_read_that_allowed_it(
-    stack: SessionStack, monkeypatch: pytest.MonkeyPatch, drawn: tuple[int, str, int | None, dict[int, str]]
+    stack: SessionStack,
+    monkeypatch: pytest.MonkeyPatch,
+    with_tokens: None,
+    drawn: tuple[int, str, int | None, dict[int, str]],
+    how_calls_go: Conditions,
 ) -> None:
     monkeypatch.setattr("cleanup.actions.scratch.PAGE", 2)
-    check_the_rule(stack, drawn)
+    check_the_rule(stack, drawn, how_calls_go)
 
 
 @pytest.mark.slow
-@given(drawn=scripts(max_calls=40))
+@given(drawn=scripts(max_calls=40), how_calls_go=conditions)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_the_rule_holds_over_many_scripts(
-    stack: SessionStack, monkeypatch: pytest.MonkeyPatch, drawn: tuple[int, str, int | None, dict[int, str]]
+    stack: SessionStack,
+    monkeypatch: pytest.MonkeyPatch,
+    with_tokens: None,
+    drawn: tuple[int, str, int | None, dict[int, str]],
+    how_calls_go: Conditions,
 ) -> None:
     monkeypatch.setattr("cleanup.actions.scratch.PAGE", 2)
-    check_the_rule(stack, drawn)
+    check_the_rule(stack, drawn, how_calls_go)
 
 
 @pytest.mark.parametrize(
