@@ -20,25 +20,23 @@ and reports the grants it would keep as unbound. KMS quotas ListGrants apart fro
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Permit, Step, gate_of
-from cleanup.aws.calls import call, call_or_gone
-from cleanup.aws.clients import Clients
+from cleanup.aws.calls import call_or_gone
 from cleanup.aws.retry import Deadline
-from cleanup.core.guard import grant_key, same_principal, session_id
+from cleanup.core.binding import judge, worker_principal
+from cleanup.core.guard import grant_key, session_id
 from cleanup.exceptions import PermanentError, TransientError, UnboundResourceError
-from cleanup.expiry.convention import GRANT_NAME_PREFIX, grant_name
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 from schemas.settings import Binding
 
 if TYPE_CHECKING:
     from mypy_boto3_kms import KMSClient
+    from mypy_boto3_kms.type_defs import GrantListEntryTypeDef
 
 ACTION = "grant"
 GONE = ("NotFoundException",)
@@ -93,66 +91,28 @@ def bound(
         TransientError / PermanentError: ListGrants or GetCallerIdentity failed (a key that is not found: the grant
             is gone with it).
     """
+    grant = listed(kms, key_id, grant_id, deadline)
+    if grant is None:
+        return False
+    judge(grant, grant_id, session_id, binding, (lambda: worker(deadline)) if worker is not None else (lambda: ""))
+    return True
+
+
+def listed(kms: KMSClient, key_id: str, grant_id: str, deadline: Deadline | None) -> GrantListEntryTypeDef | None:
+    """``grant_id`` as ListGrants (by key and grant id) lists it, or None when it is not listed (retired already, or
+    its key is not found).
+
+    Raises:
+        TransientError / PermanentError: ListGrants failed, or answered without a list of grants.
+    """
     found = call_or_gone(
         kms.list_grants, "ListGrants", deadline, ("NotFoundException",), KeyId=key_id, GrantId=grant_id
     )
     if found is None:  # the key is not found: nor is its grant
-        return False
+        return None
     if "Grants" not in found:  # an empty or cut body, read as {}: not "no such grant"
         raise TransientError(f"ListGrants: an answer without a list of grants: cannot tell whose {grant_id!r} is")
-    grants = [grant for grant in found["Grants"] if grant.get("GrantId") == grant_id]
-    if not grants:
-        return False
-    name = grants[0].get("Name", "")
-    if session_id is not None and name == grant_name(session_id):
-        return True
-    expected = grant_name(session_id) if session_id is not None else "session:<id>"
-    if binding is Binding.STRICT:
-        raise UnboundResourceError(
-            f"grant {grant_id!r} is named {name!r}, not {expected!r}: it is not bound to this session and is kept. "
-            "If the table's grants are not named for their session, set SESSION_BINDING=own (which frees an unnamed "
-            "grant made for this worker) or off; else find who wrote this item"
-        )
-    if name:
-        whose = "another session's name" if name.startswith(GRANT_NAME_PREFIX) else "a name that is no session's"
-        raise UnboundResourceError(
-            f"grant {grant_id!r} is named {name!r}, {whose}, not {expected!r}: it is kept. A forged or misplaced "
-            "name: find who wrote this item; if the table's grants carry names of their own, set SESSION_BINDING=off"
-        )
-    retiring, me = grants[0].get("RetiringPrincipal"), worker(deadline) if worker is not None else ""
-    if not same_principal(retiring, me):
-        raise UnboundResourceError(
-            f"grant {grant_id!r} is unnamed and its retiring principal is {retiring!r}, not this worker ({me!r}): it "
-            "was not made for this worker to retire and is kept. Create the sessions' grants with RetiringPrincipal "
-            "the worker's role (the stack's CleanupRoleArn), or set SESSION_BINDING=off"
-        )
-    return True
-
-
-ASKING_WAIT_SECONDS = 30.0  # the longest a thread waits for another's GetCallerIdentity, where no deadline is sooner
-_principals: WeakKeyDictionary[Clients, str] = WeakKeyDictionary()
-_asking = threading.Lock()
-
-
-def worker_principal(clients: Clients) -> Callable[[Deadline], str]:
-    """This worker's own principal (its role's assumed-role session, or a user), asked of STS once per ``clients``."""
-
-    def ask(deadline: Deadline) -> str:
-        if not _asking.acquire(timeout=max(0.0, min(deadline.remaining(), ASKING_WAIT_SECONDS))):
-            raise TransientError("GetCallerIdentity: another thread's question did not end in time")
-        try:
-            known = _principals.get(clients)
-            if known is None:
-                sts = clients.get("sts")
-                answer = call(sts.get_caller_identity, "GetCallerIdentity", deadline)
-                if not isinstance(answer.get("Arn"), str):
-                    raise TransientError("GetCallerIdentity: an answer without an Arn: cannot tell who this worker is")
-                known = _principals[clients] = str(answer["Arn"])
-            return known
-        finally:
-            _asking.release()
-
-    return ask
+    return next((grant for grant in found["Grants"] if grant.get("GrantId") == grant_id), None)
 
 
 class NameCheck:

@@ -15,7 +15,7 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING, a prefix is deleted only if it is bound to its session (``cleanup.core.guard.check_bound``,
+With SESSION_BINDING, a prefix is deleted only if it is bound to its session (``cleanup.core.binding.check_bound``,
 before anything is listed): it ends in the session's id (with ``own``, where the item's key names one).
 
 Every page goes through ``permit`` right before it is deleted (``cleanup.core.fence``: the live item read afresh, after
@@ -34,8 +34,9 @@ from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
 from cleanup.aws.retry import Deadline
+from cleanup.core.binding import check_bound
 from cleanup.core.fence import incomparable_prefix
-from cleanup.core.guard import ScratchLocation, check_bound, resolve_prefix, session_id
+from cleanup.core.guard import ScratchLocation, resolve_prefix, session_id
 from cleanup.core.race import scratch_holding
 from cleanup.exceptions import (
     NowHeldError,

@@ -10,10 +10,8 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
   ``SCRATCH_TENANT_SCOPED`` is on;
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
-With SESSION_BINDING, a session's grant and prefix must also be bound to it (``session_id`` says whose they must be):
-a prefix must end in the session's id (``check_bound``; with ``own``, only when the item's key names one); a grant's
-name and retiring principal are read by its action (``cleanup.actions.grant``, which compares principals with
-``same_principal``).
+With SESSION_BINDING, a session's grant and prefix must also be bound to it (``session_id`` says whose they must be;
+``cleanup.core.binding`` holds the rules).
 
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
@@ -34,11 +32,10 @@ from cleanup.exceptions import (
     RefusedConnectionError,
     RefusedEndpointError,
     RefusedKeyError,
-    UnboundResourceError,
     UnsafePrefixError,
 )
 from cleanup.expiry.convention import KEY_PREFIX, SESSION_ID
-from schemas.settings import KMS_KEY_ARN, Binding, Settings
+from schemas.settings import KMS_KEY_ARN, Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,51 +176,6 @@ def session_id(partition_key: str | None, settings: Settings) -> str | None:
         return None
     ident = partition_key[len(prefix) :]
     return ident if SESSION_ID.fullmatch(ident) else None
-
-
-def check_bound(where: ScratchLocation, session_id: str | None, binding: Binding = Binding.STRICT) -> None:
-    """That ``where`` is bound to the session ``session_id`` under ``binding``: its last segment is the id
-    (``<root>[<tenant>/]<id>/``, as the write path writes it). With ``own``, a key that names no session id (a binary
-    key, a key outside the convention) holds its prefix to nothing but the guard's root and tenant.
-
-    Raises:
-        UnboundResourceError: it is not, or (``strict``) the item's key names no session id (None): nothing is deleted.
-    """
-    if binding is Binding.OFF or (session_id is None and binding is Binding.OWN):
-        return
-    if session_id is None:
-        raise UnboundResourceError(
-            f"the item's key names no session id, so scratch prefix {where.prefix!r} cannot be bound to it and is "
-            "kept: set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=own (or off) if the table follows "
-            "no such convention"
-        )
-    if where.prefix[:-1].rpartition("/")[2] != session_id:
-        raise UnboundResourceError(
-            f"scratch prefix {where.prefix!r} does not end in the session's id {session_id!r}: it is not bound to "
-            "this session and is kept. If the table's prefixes are not named for their session, set "
-            "SESSION_BINDING=off; else find who wrote this item"
-        )
-
-
-def same_principal(named: str | None, worker: str) -> bool:
-    """Whether the principal ``named`` (a grant's RetiringPrincipal) is ``worker`` (the caller's identity, an
-    assumed-role session or a user). A role is compared by partition, account and name, its path aside: an
-    assumed-role session names the role without its path, and a role's name is unique in its account."""
-    return named is not None and _principal(named) == _principal(worker)
-
-
-def _principal(arn: str) -> tuple[str, ...]:
-    parts = arn.split(":", 5)
-    if len(parts) != 6 or parts[0] != "arn" or parts[2] not in ("iam", "sts"):
-        return ("text", arn)
-    kind, _, rest = parts[5].partition("/")
-    if kind == "assumed-role":
-        kind, rest = "role", rest.partition("/")[0]
-    elif kind in ("role", "user"):
-        rest = rest.rpartition("/")[2]
-    else:
-        return ("text", arn)
-    return (parts[1], parts[4], kind, rest)
 
 
 def execute_api_region(url: str) -> str | None:
