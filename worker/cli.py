@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("worker.check", "preflight: check the account's configuration against the worker's settings"),
     "health": ("worker.health", "container health check: exit 0 while the poller (or, with --kcl, the KCL) progresses"),
     "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),
+    "switch": ("worker.switch", "show or flip the kill switch in AppConfig: status, pause, dry-run, resume"),
 }
 
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -23,7 +23,7 @@ from botocore.exceptions import BotoCoreError
 AWS_FREE = frozenset({"demo", "health"})
 """Sub-commands that make no AWS call of their own (the demo brings its own embedded AWS)."""
 
-ONE_SHOT = frozenset({"replay", "capture", "redrive", "sweep", "reconcile", "check", "status"})
+ONE_SHOT = frozenset({"replay", "capture", "redrive", "sweep", "reconcile", "check", "status", "switch"})
 """Sub-commands whose printed report is their output (``run``, ``kcl`` and ``drain`` are services: logs are theirs)."""
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
@@ -53,6 +53,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "check": ("cleanup-worker check --table-name sessions --bucket scratch --region eu-west-1",),
     "health": ("cleanup-worker health", "cleanup-worker health --kcl"),
     "status": ("cleanup-worker status --table-name sessions", "cleanup-worker status --json"),
+    "switch": (
+        "cleanup-worker switch status",
+        "cleanup-worker switch pause --application abc1234 --environment def5678 --configuration-profile ghi9012 "
+        "--strategy jkl3456",
+        "cleanup-worker switch resume --json",
+    ),
 }
 
 
