@@ -56,7 +56,8 @@ def version_of(python: str) -> str:
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/Makefile's build-CleanupFunction, run as `sam build` runs it, for this machine's platform."""
+    """deploy/Makefile's build-RuntimeLayer, run as `sam build` runs it, for this machine's platform: the layer's
+    python/ folder, which every function runs from."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     source = tmp_path_factory.mktemp("source") / "repo"
@@ -72,10 +73,11 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "PLATFORM": f"manylinux2014_{platform.machine()}",
         "LAMBDA_PYTHON": version_of(lambda_python()),
     }
-    make = ["make", "-f", "deploy/Makefile", "build-CleanupFunction"]
+    make = ["make", "-f", "deploy/Makefile", "build-RuntimeLayer"]
     result = subprocess.run(make, cwd=source, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    return target
+    assert [path.name for path in target.iterdir()] == ["python"]  # a layer: nothing beside its python/ folder
+    return target / "python"
 
 
 def invoke(artifact: Path, handler: str, event: dict[str, Any], stack: SessionStack) -> dict[str, Any]:

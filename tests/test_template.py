@@ -107,7 +107,8 @@ def source_template() -> dict[str, Any]:
 def transformed() -> dict[str, Any]:
     """The template as CloudFormation runs it after the SAM transform (CodeUri as `sam package` leaves it)."""
     template = copy.deepcopy(source_template())
-    template["Globals"]["Function"]["CodeUri"] = "s3://artifacts/session-cleanup.zip"
+    template["Globals"]["Function"]["CodeUri"] = "s3://artifacts/functions.zip"
+    template["Resources"]["RuntimeLayer"]["Properties"]["ContentUri"] = "s3://artifacts/session-cleanup.zip"
     translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name="us-east-1"))
     result: dict[str, Any] = translator.translate(template, parameter_values={}, get_managed_policy_map=lambda: {})
     return result
@@ -595,8 +596,10 @@ def test_the_kill_switch_settings_and_the_extension_layer_are_wired_only_when_gi
         assert resolved(variables["APPCONFIG_PROFILE"], HasKillSwitch=True) == {"Ref": "KillSwitchProfileId"}
         assert resolved(variables["APPCONFIG_PROFILE"]) == NO_VALUE
         layers = properties["Layers"]
-        assert resolved(layers, HasExtensionLayer=True) == [{"Ref": "AppConfigExtensionLayerArn"}]
-        assert resolved(layers, HasExtensionLayer=False) == NO_VALUE
+        # every function's code (tests/test_template_build.py); SAM names each version of the layer by its hash
+        [runtime] = [r for r in resources("AWS::Lambda::LayerVersion") if r.startswith("RuntimeLayer")]
+        assert resolved(layers, HasExtensionLayer=True) == [{"Ref": runtime}, {"Ref": "AppConfigExtensionLayerArn"}]
+        assert resolved(layers, HasExtensionLayer=False) == [{"Ref": runtime}]
 
 
 def test_the_reconciler_role_grants_exactly_what_reconcile_calls() -> None:
