@@ -79,7 +79,8 @@ def refusal(command: str | None) -> str | None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            return f"needs the [{extra}] extra ({exc}): pip install '{floors.DISTRIBUTION}[{extra}]'"
+            where = f"pip install '.[{extra}]' in the project's clone (or the wheel's path with [{extra}])"
+            return f"needs the [{extra}] extra ({exc}): {where}"
     return floors.problem([extra] if extra else [])
 
 

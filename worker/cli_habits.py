@@ -27,7 +27,11 @@ ONE_SHOT = frozenset({"replay", "capture", "redrive", "sweep", "reconcile", "che
 """Sub-commands whose printed report is their output (``run``, ``kcl`` and ``drain`` are services: logs are theirs)."""
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "demo": ("cleanup-worker demo", "cleanup-worker demo --objects 200 --verbose"),
+    "demo": (
+        "cleanup-worker demo",
+        "cleanup-worker demo --objects 200 --verbose",
+        "cleanup-worker demo --preset connection-table",
+    ),
     "run": (
         "cleanup-worker run --table-name sessions",
         "cleanup-worker run --table-name sessions --consumer-id cleanup-a --region eu-west-1",
@@ -35,7 +39,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "kcl": ("java ... MultiLangDaemon --properties-file deploy/kcl/cleanup.properties   # runs: cleanup-worker kcl",),
     "replay": (
         "cleanup-worker replay --dry-run captured.jsonl",
-        "cleanup-worker replay events/lambda-ttl-remove.json",
+        "SESSION_TABLE=sessions cleanup-worker replay --dry-run events/lambda-dynamodb-ttl-remove.json",
     ),
     "capture": (
         "cleanup-worker capture --table-name sessions --out records.jsonl",
