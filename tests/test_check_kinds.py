@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.stack import EXAMPLES, Stack
 from tests.stack import SessionStack, client, to_av
 from worker import check
 from worker.local.backend import create_session_table
@@ -42,23 +43,16 @@ def failures(lines: list[str]) -> list[str]:
 
 @pytest.fixture
 def connections(aws: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A connection table (pk = conn#<id>, sk = metadata, TTL on expires_at), configured as the socket-only example
-    configures the worker."""
+    """A connection table (pk = conn#<id>, sk = metadata, TTL on expires_at), and the environment the socket-only
+    example gives its function (deploy/examples/socket-only), pointed at it."""
     ddb = client("dynamodb")
     table = f"connections-{uuid.uuid4().hex[:8]}"
     create_session_table(ddb, table, ttl=False)
     ddb.update_time_to_live(TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"})
-    for name, value in {
-        "ACTIONS": "connection",
-        "SESSION_TABLE": table,
-        "SESSION_KEY_PREFIX": "conn#",
-        "SESSION_SORT_KEY": "metadata",
-        "ATTR_CONNECTION_ID": "pk",
-        "CONNECTION_ID_PATTERN": "^conn#(?P<id>.+)$",
-        "ATTR_TTL": "expires_at",
-        "WS_CALLBACK_URL": CALLBACK,
-    }.items():
+    [example] = [path for path in EXAMPLES if path.parent.name == "socket-only"]
+    for name, value in Stack.of(example).environment("CleanupFunction").items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SESSION_TABLE", table)
     return table
 
 
