@@ -17,6 +17,7 @@ NEEDS = {
     "replay": ["x.json"],
     "capture": ["--table-name", "t", "--out", "x.jsonl"],
     "redrive": ["--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/q"],
+    "switch": ["status"],
 }
 CALLS_AWS = [name for name in ALL if name not in ("demo", "health")]
 

@@ -30,6 +30,7 @@ COMMANDS = {
     "check": ["check"],
     "status": ["status", "--table-name", "sessions"],
     "reconcile": ["reconcile"],
+    "switch": ["switch", "status"],
 }
 BAD = {
     "METRICS_DESTINATION": "nonsense",

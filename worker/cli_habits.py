@@ -39,7 +39,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "kcl": ("java ... MultiLangDaemon --properties-file deploy/kcl/cleanup.properties   # runs: cleanup-worker kcl",),
     "replay": (
         "cleanup-worker replay --dry-run captured.jsonl",
-        "SESSION_TABLE=sessions cleanup-worker replay --dry-run events/lambda-dynamodb-ttl-remove.json",
+        "cleanup-worker replay --dry-run events/lambda-dynamodb-ttl-remove.json",
     ),
     "capture": (
         "cleanup-worker capture --table-name sessions --out records.jsonl",
