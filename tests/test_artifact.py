@@ -141,20 +141,24 @@ def below_a_floor(artifact: Path, into: Path) -> Path:
 
 
 def test_the_build_refuses_an_artifact_its_handlers_would_refuse(artifact: Path, tmp_path: Path) -> None:
-    old = below_a_floor(artifact, tmp_path / "old")
+    old = below_a_floor(artifact, tmp_path / "old" / "python")  # the layer's artifact directory is python/'s parent
     check = [
         "make",
         "-s",
         "-f",
         "deploy/Makefile",
         "check-artifact",
-        f"ARTIFACTS_DIR={old}",
+        f"ARTIFACTS_DIR={old.parent}",
         f"PYTHON={lambda_python()}",
     ]
 
     refused = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     passed = subprocess.run(
-        [*check[:-2], f"ARTIFACTS_DIR={artifact}", check[-1]], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [*check[:-2], f"ARTIFACTS_DIR={artifact.parent}", check[-1]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     assert refused.returncode != 0 and passed.returncode == 0, passed.stdout + passed.stderr
