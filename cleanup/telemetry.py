@@ -151,7 +151,18 @@ METRICS: tuple[Metric, ...] = (
     Metric("RecordsSkipped", "", "INSERT, MODIFY, and REMOVEs of items that are not sessions"),
     Metric("RecordsFailed", "", "records reported failed (to be retried)"),
     Metric("RecordsDeadLettered", "", "records sent to the dead-letter queue"),
-    Metric("ActionFailures", "Action (connection, grant, scratch, registry)", "failed actions"),
+    Metric(
+        "ActionFailures",
+        "Action (each action kind: connection, grant, scratch, registry, http-close, an installed kind's name); also "
+        "emitted without it (Service alone: every kind summed, what ActionFailuresAlarm watches)",
+        "failed actions",
+    ),
+    Metric(
+        "ResourcesUnbound",
+        "Action (grant, scratch)",
+        "SESSION_BINDING: grants and scratch prefixes kept as not bound to their session (a dry run counts those it "
+        "would keep)",
+    ),
     Metric(
         "Retries",
         "Action",
@@ -207,6 +218,10 @@ METRICS: tuple[Metric, ...] = (
 )
 """Every metric, in namespace METRICS_NAMESPACE with dimension ``Service``; the reference's table is made from it."""
 
+ROLLED_UP = frozenset({"ActionFailures"})
+"""Metrics also emitted with ``Service`` alone (one EMF document, two dimension sets): a sum over every value of their
+own dimension, kinds installed later included, for an alarm that names no value."""
+
 
 class Metrics:
     """Counts and values for one batch, flushed as EMF documents (one per dimension value)."""
@@ -230,9 +245,7 @@ class Metrics:
     def record_outcomes(self, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
             self._count_outcome(outcome)
-            for action in outcome.actions:
-                if not action.ok:
-                    self.count("ActionFailures", "Action", action.action)
+            self._record_actions(outcome)
             if outcome.ttl_lag_seconds is not None:
                 self.observe("TtlLagSeconds", outcome.ttl_lag_seconds)
 
@@ -252,6 +265,13 @@ class Metrics:
         else:
             self.count("RecordsFailed")
 
+    def _record_actions(self, outcome: Outcome) -> None:
+        for action in outcome.actions:
+            if not action.ok:
+                self.count("ActionFailures", "Action", action.action)
+            if action.detail.get("unbound"):  # SESSION_BINDING kept it (or, in a dry run, would)
+                self.count("ResourcesUnbound", "Action", action.action)
+
     def flush(self) -> None:
         with self._lock:
             counts, values = self._counts, self._values
@@ -269,13 +289,14 @@ class Metrics:
 
     def _document(self, name: str, unit: str, value: Any, dimensions: dict[str, str]) -> dict[str, Any]:
         dims = {"Service": self.service, **dimensions}
+        sets = [sorted(dims), ["Service"]] if name in ROLLED_UP and dimensions else [sorted(dims)]
         return {
             "_aws": {
                 "Timestamp": int(time.time() * 1000),
                 "CloudWatchMetrics": [
                     {
                         "Namespace": self.namespace,
-                        "Dimensions": [sorted(dims)],
+                        "Dimensions": sets,
                         "Metrics": [{"Name": name, "Unit": unit}],
                     }
                 ],

@@ -48,6 +48,18 @@ class StartPosition(StrEnum):
     LATEST = "LATEST"
 
 
+class Binding(StrEnum):
+    """How a session's grant and scratch prefix must be bound to it before they are freed (SESSION_BINDING)."""
+
+    OWN = "own"  # named for this session, or unnamed and made for this worker; kept when named for another
+    STRICT = "strict"  # named for this session only, as the write path names them
+    OFF = "off"  # whatever the item names (the guard's rules still hold)
+
+
+_BINDING_ALIASES = {"true": Binding.STRICT, "false": Binding.OFF}
+"""The earlier boolean values: ``true`` was the strict rule."""
+
+
 class LogIdentifiers(StrEnum):
     """How log lines name a session's resources: as they are, or by a keyed hash (``cleanup.telemetry``)."""
 
@@ -218,12 +230,17 @@ class Settings(BaseSettings):
     session_sort_key: str | None = None
     """SESSION_SORT_KEY: only items whose sort key equals this (e.g. ``metadata``) are sessions; for tables whose
     partition holds other rows besides the session's."""
-    session_binding: bool = True
-    """SESSION_BINDING: free a session's grant only if its Name is ``session:<id>`` (one ListGrants before the
-    RetireGrant), its scratch prefix only if it is exactly ``<root>[<tenant>/]<id>/``, and a room membership only
-    where the registry says it is held by ``<id>``, ``<id>`` being the item key's id (the partition key less
-    SESSION_KEY_PREFIX, or ``session#``), as the write path (``cleanup.application_contract``) writes them; an unbound
-    one is kept and its record fails permanently. Off: for tables whose resources follow no such convention."""
+    session_binding: Binding = Binding.OWN
+    """SESSION_BINDING: which of the grant, scratch prefix and room memberships an item names are its session's, read
+    before they are freed (one ListGrants by grant id before the RetireGrant; ``<id>`` is the item key's id, the
+    partition key less SESSION_KEY_PREFIX or ``session#``). ``own``: a grant named ``session:<id>``, or unnamed with
+    this worker as its retiring principal (a grant made for the worker to retire); a prefix that is exactly
+    ``<root>[<tenant>/]<id>/``, or any prefix when the key names no id; memberships the registry says ``<id>`` holds,
+    or any of the connection's when the key names no id. ``strict``: only a grant named ``session:<id>``, a prefix
+    ``<root>[<tenant>/]<id>/`` and memberships ``<id>`` holds, as the write path (``cleanup.application_contract``)
+    writes them. ``off``: whatever the item names. An unbound one is kept and its record fails permanently
+    (docs/decides.md, "Resources bound to their session"); ``true`` and ``false`` are read as ``strict`` and
+    ``off``."""
     attributes: AttributeNames = Field(default_factory=AttributeNames)
     global_table: bool = False
     """GLOBAL_TABLE: SESSION_TABLE is a global table with a worker in each of its regions: a session is cleaned only
@@ -395,6 +412,13 @@ class Settings(BaseSettings):
     """RECONCILE_SCRATCH: reconcile also lists and frees scratch prefixes. Off by default: read at the wrong depth
     (SCRATCH_TENANT_SCOPED not the real layout), a tenant's folder would be taken for a session's; the bucket's
     lifecycle rule is the scratch data's backstop anyway. Grants, which have none, are always reconciled."""
+
+    @field_validator("session_binding", mode="before")
+    @classmethod
+    def _binding_of_old(cls, value: object) -> object:
+        if isinstance(value, bool):
+            return Binding.STRICT if value else Binding.OFF
+        return _BINDING_ALIASES.get(value.lower(), value) if isinstance(value, str) else value
 
     @field_validator("scratch_root")
     @classmethod

@@ -56,7 +56,8 @@ def version_of(python: str) -> str:
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """deploy/Makefile's build-CleanupFunction, run as `sam build` runs it, for this machine's platform."""
+    """deploy/Makefile's build-RuntimeLayer, run as `sam build` runs it, for this machine's platform: the layer's
+    python/ folder, which every function runs from."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     source = tmp_path_factory.mktemp("source") / "repo"
@@ -72,10 +73,11 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "PLATFORM": f"manylinux2014_{platform.machine()}",
         "LAMBDA_PYTHON": version_of(lambda_python()),
     }
-    make = ["make", "-f", "deploy/Makefile", "build-CleanupFunction"]
+    make = ["make", "-f", "deploy/Makefile", "build-RuntimeLayer"]
     result = subprocess.run(make, cwd=source, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    return target
+    assert [path.name for path in target.iterdir()] == ["python"]  # a layer: nothing beside its python/ folder
+    return target / "python"
 
 
 def invoke(artifact: Path, handler: str, event: dict[str, Any], stack: SessionStack) -> dict[str, Any]:
@@ -139,20 +141,24 @@ def below_a_floor(artifact: Path, into: Path) -> Path:
 
 
 def test_the_build_refuses_an_artifact_its_handlers_would_refuse(artifact: Path, tmp_path: Path) -> None:
-    old = below_a_floor(artifact, tmp_path / "old")
+    old = below_a_floor(artifact, tmp_path / "old" / "python")  # the layer's artifact directory is python/'s parent
     check = [
         "make",
         "-s",
         "-f",
         "deploy/Makefile",
         "check-artifact",
-        f"ARTIFACTS_DIR={old}",
+        f"ARTIFACTS_DIR={old.parent}",
         f"PYTHON={lambda_python()}",
     ]
 
     refused = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     passed = subprocess.run(
-        [*check[:-2], f"ARTIFACTS_DIR={artifact}", check[-1]], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [*check[:-2], f"ARTIFACTS_DIR={artifact.parent}", check[-1]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
     assert refused.returncode != 0 and passed.returncode == 0, passed.stdout + passed.stderr

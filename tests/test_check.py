@@ -90,7 +90,7 @@ def test_a_correct_stack_passes_every_check(stack: SessionStack, capsys: pytest.
     code, lines = run(stack, capsys)
 
     assert code == 0
-    assert len(lines) == 7
+    assert len(lines) == 8  # with the binding's sample: an empty table has nothing to sample yet
     assert all(line.startswith("ok ") for line in lines), lines
 
 

@@ -18,6 +18,7 @@ NEEDS = {
     "capture": ["--table-name", "t", "--out", "x.jsonl"],
     "redrive": ["--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/q"],
     "retag": ["--queue-url", "https://sqs.us-east-1.amazonaws.com/123456789012/q"],
+    "switch": ["status"],
 }
 CALLS_AWS = [name for name in ALL if name not in ("demo", "health")]
 

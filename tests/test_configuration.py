@@ -32,6 +32,7 @@ COMMANDS = {
     "status": ["status", "--table-name", "sessions"],
     "reconcile": ["reconcile"],
     "canary": ["canary"],
+    "switch": ["switch", "status"],
 }
 BAD = {
     "METRICS_DESTINATION": "nonsense",

@@ -42,3 +42,21 @@ def test_the_demos_sweeper_and_poller_lines_are_sentences_not_python_values() ->
     assert poll_line(summary.as_dict()) == (
         "24 records read: 10 cleaned, 14 skipped, 0 failed attempts, 0 dead-lettered; checkpoints on 1 shard"
     )
+
+
+@pytest.mark.slow  # the whole preset, in a process of its own
+def test_the_connection_table_preset_closes_every_ended_connection_and_keeps_live_rows() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "demo", "--preset", "connection-table"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "7/7 ended connections' sockets closed, 2 live connections untouched, 0 problems" in result.stdout
+    assert "[demo] sweeper: 2 expired sessions found in" in result.stderr
+    live = [line for line in result.stdout.splitlines() if line.startswith("conn#") and " live " in line]
+    assert len(live) == 2 and all(line.split()[3:6] == ["open", "3", "yes"] for line in live)

@@ -29,7 +29,7 @@ CAPTURED = {  # one moto stream read three ways: INSERT/MODIFY/REMOVE of a1 (exp
     "kcl": EVENTS / "kcl-process-records.json",
 }
 CAPTURED_TABLE = "sessions-cb46267778"  # the table the captured records came from
-READS = {"BatchGetItem", "GetBucketVersioning", "ListObjectsV2", "ListObjectVersions"}
+READS = {"BatchGetItem", "GetBucketVersioning", "ListObjectsV2", "ListObjectVersions", "ListGrants"}
 
 
 def replay_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:

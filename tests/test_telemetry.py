@@ -13,6 +13,7 @@ from cleanup.aws.clients import Clients
 from cleanup.core.pipeline import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
+from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status
 from schemas.records import read_lambda_event
 from schemas.settings import Settings
 from tests.stack import SessionStack
@@ -169,3 +170,23 @@ def test_hashed_identifiers_are_stable_within_a_deployment_and_differ_between_de
     assert first == again and first["tenantId"] != first["grantId"] and key.startswith("hmac:")
     assert len({first["tenantId"], other["tenantId"], keyed["tenantId"]}) == 3
     assert hashed(Settings(), tenantId="t1") == {"tenantId": "t1"}  # plain, the default
+
+
+def test_action_failures_of_every_kind_are_also_summed_without_their_action(stack: SessionStack) -> None:
+    # An alarm that names kinds misses the others (http-close, an installed kind): the sum over Service has them all.
+    out = io.StringIO()
+    settings = stack.settings(metrics_destination="stdout")
+    metrics = Metrics(settings, MetricsSink("stdout", stream=out))
+    failed = [ActionResult(action=kind, status=ActionStatus.FAILED, error="x") for kind in ("http-close", "rooms")]
+
+    metrics.record_outcomes([Outcome(sequence_number="1", status=Status.FAILED, actions=tuple(failed))])
+    metrics.flush()
+
+    documents = [json.loads(line) for line in out.getvalue().splitlines()]
+    summed = [
+        doc
+        for doc in documents
+        if ["Service"] in doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] and "ActionFailures" in doc
+    ]
+    assert sorted(doc["Action"] for doc in summed) == ["http-close", "rooms"]  # each counted once in the sum
+    assert sum(doc["ActionFailures"] for doc in summed) == 2

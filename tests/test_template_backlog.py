@@ -43,8 +43,10 @@ def test_the_stream_mappings_defaults_are_the_models_lossless_ones() -> None:
 
 
 def test_the_cleanup_function_defers_to_the_backlog_and_the_drain_does_not() -> None:
-    stream = function("worker.lambda_handler.handler")["Properties"]["Environment"]["Variables"]
-    drain = function("worker.backlog.handler")["Properties"]["Environment"]["Variables"]
+    stream = resolved(function("worker.lambda_handler.handler")["Properties"]["Environment"]["Variables"])
+    drain = resolved(
+        function("worker.backlog.handler")["Properties"]["Environment"]["Variables"], HasPreviousIntegrityKeys=True
+    )
 
     assert stream["BACKLOG_QUEUE_URL"] == {"Ref": "BacklogQueue"}
     assert stream["QUOTA_WAIT_SECONDS"] == {"Ref": "QuotaWaitSeconds"}
@@ -146,7 +148,7 @@ def test_the_backlogs_age_and_its_dead_letters_have_alarms() -> None:
 
 
 def test_the_sweeper_holds_back_while_the_backlog_is_deep_or_a_minutes_deletes_are_done() -> None:
-    sweeper = function("worker.sweep.handler")["Properties"]["Environment"]["Variables"]
+    sweeper = resolved(function("worker.sweep.handler")["Properties"]["Environment"]["Variables"])
     [depth] = [s for s in statements("SweeperRole") if s["Sid"] == "BacklogDepth"]
 
     assert sweeper["BACKLOG_QUEUE_URL"] == {"Ref": "BacklogQueue"}

@@ -87,3 +87,20 @@ def test_a_paused_kill_switch_raises_an_alarm() -> None:
     [changed] = [s for s in stats.values() if s["MetricName"] == "ModeChanges"]
     assert {"Name": "Mode", "Value": "paused"} in changed["Dimensions"]
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+
+
+def test_the_project_is_built_once_into_a_layer_every_function_runs_from() -> None:
+    # SAM builds each resource whose BuildMethod is makefile on its own, even when several share their code: the
+    # project is one makefile layer, and the functions share one plain code folder (built once for them all).
+    template = source_template()
+    layer = template["Resources"]["RuntimeLayer"]
+    functions = {n: r for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
+    makefile_built = [n for n, r in template["Resources"].items() if r.get("Metadata", {}).get("BuildMethod")]
+
+    assert makefile_built == ["RuntimeLayer"] and layer["Metadata"]["BuildArchitecture"] == "arm64"
+    assert layer["Properties"]["CompatibleRuntimes"] == [template["Globals"]["Function"]["Runtime"]]
+    assert template["Globals"]["Function"]["CodeUri"] == "function/"
+    assert all("CodeUri" not in r["Properties"] for r in functions.values())
+    assert sorted(p.name for p in (ROOT / "deploy" / "function").iterdir()) == ["README.md"]
+    assert re.search(r"(?m)^build-RuntimeLayer:$", MAKEFILE.read_text())
+    assert "$(ARTIFACTS_DIR)/python" in MAKEFILE.read_text()  # a Python layer's packages, on /opt/python

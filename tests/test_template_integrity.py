@@ -24,13 +24,15 @@ def test_the_stack_makes_an_hmac_key_unless_one_is_given() -> None:
     key = transformed()["Resources"]["IntegrityKey"]
     assert key["Condition"] == "CreateIntegrityKey"
     assert (key["Properties"]["KeySpec"], key["Properties"]["KeyUsage"]) == ("HMAC_256", "GENERATE_VERIFY_MAC")
-    assert transformed()["Conditions"]["CreateIntegrityKey"] == {"Fn::Equals": [{"Ref": "IntegrityKeyArn"}, ""]}
+    assert transformed()["Conditions"]["CreateIntegrityKey"] == {
+        "Fn::And": [{"Condition": "MessagesOn"}, {"Fn::Equals": [{"Ref": "IntegrityKeyArn"}, ""]}]
+    }
     assert parameter("IntegrityKeyArn")["Default"] == ""
 
 
 def test_every_function_that_writes_or_reads_messages_has_the_key() -> None:
     for handler in MESSAGE_FUNCTIONS:
-        assert function(handler)["Properties"]["Environment"]["Variables"]["INTEGRITY_KEY_ID"] == KEY
+        assert resolved(function(handler)["Properties"]["Environment"]["Variables"]["INTEGRITY_KEY_ID"]) == KEY
 
 
 def test_tagging_and_verifying_are_each_one_action_on_that_key_alone_for_the_functions_that_do_it() -> None:

@@ -97,7 +97,7 @@ def refuses_plain_http(statement: dict[str, Any], service: str) -> bool:
 
 def test_every_queue_refuses_requests_in_plain_http() -> None:
     refused = []
-    for policy in resources("AWS::SQS::QueuePolicy").values():
+    for policy in map(resolved, resources("AWS::SQS::QueuePolicy").values()):
         document = policy["Properties"]["PolicyDocument"]
         [deny] = [s for s in document["Statement"] if refuses_plain_http(s, "sqs")]
         assert deny["Resource"] == [arn(ref["Ref"]) for ref in policy["Properties"]["Queues"]]
@@ -132,7 +132,7 @@ def test_the_stack_keeps_dead_letters_in_a_versioned_bucket_of_their_own_unless_
 
     assert bucket["Condition"] == "CreateDeadLetterBucket"
     assert source_template()["Conditions"]["CreateDeadLetterBucket"] == {
-        "Fn::Equals": [{"Ref": "DeadLetterBucketName"}, ""]
+        "Fn::And": [{"Condition": "MessagesOn"}, {"Fn::Equals": [{"Ref": "DeadLetterBucketName"}, ""]}]
     }
     assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
     assert encryption["ServerSideEncryptionByDefault"] == {
@@ -143,7 +143,7 @@ def test_the_stack_keeps_dead_letters_in_a_versioned_bucket_of_their_own_unless_
     assert all(properties["PublicAccessBlockConfiguration"].values())
     for handler in ("worker.lambda_handler.handler", "worker.backlog.handler"):
         variables = function(handler)["Properties"]["Environment"]["Variables"]
-        assert variables["DEAD_LETTER_BUCKET"] == STORED_BUCKET
+        assert resolved(variables["DEAD_LETTER_BUCKET"]) == STORED_BUCKET
 
 
 def test_dead_letters_in_their_own_bucket_expire_only_after_every_message_that_can_name_them() -> None:
@@ -182,8 +182,12 @@ def test_only_the_cleanup_role_and_the_operator_role_may_put_get_or_delete_dead_
 
 def test_the_queues_and_the_dead_letter_bucket_are_encrypted_with_the_stacks_own_key() -> None:
     for name, queue in resources("AWS::SQS::Queue").items():
-        assert queue["Properties"]["KmsMasterKeyId"] == {"Ref": "MessageKey"}, name
-        assert "SqsManagedSseEnabled" not in queue["Properties"], name
+        assert resolved(queue["Properties"])["KmsMasterKeyId"] == {"Ref": "MessageKey"}, name
+        assert "SqsManagedSseEnabled" not in resolved(queue["Properties"]), name
+    # Without the messages' machinery (a socket alone), the on-failure queue, which holds only sequence ranges, has
+    # SQS's own encryption: no key of the stack's is made for it.
+    on_failure = resolved(resources("AWS::SQS::Queue")["OnFailureQueue"]["Properties"], MessagesOn=False)
+    assert "KmsMasterKeyId" not in on_failure and on_failure["SqsManagedSseEnabled"] is True
     assert resources("AWS::KMS::Key")["MessageKey"]["Properties"]["EnableKeyRotation"] is True
 
 

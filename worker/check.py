@@ -1,7 +1,8 @@
 """``cleanup-worker check``: preflight the account against the worker's settings, one line per check.
 
 Each option defaults to the worker's own setting (the environment variable in brackets), so running it with the
-deployed function's environment checks exactly what the function will use. Exit 0 when every check passed; 2 when a
+deployed function's environment checks exactly what the function will use: what its actions (ACTIONS) need, and
+nothing else. Exit 0 when every check passed; 2 when a
 check found the account disagreeing with the settings (a configuration to fix, as for any refused setting); 1 when a
 check could not ask AWS at all (credentials, network, a throttled call).
 """
@@ -28,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--callback-url", help="the WebSocket management endpoint [WS_CALLBACK_URL]")
     parser.add_argument("--registry-table", help="the connection registry [REGISTRY_TABLE]")
     parser.add_argument("--registry-index", help="its index on the connection id [REGISTRY_CONNECTION_INDEX]")
+    parser.add_argument("--actions", help="the action kinds whose needs are checked, comma-separated [ACTIONS]")
+    parser.add_argument(
+        "--worker-role-arn",
+        help="the role the grants must name as retiring principal (the stack's CleanupRoleArn) [the caller's identity]",
+    )
 
 
 class PreflightSettings(Settings):
@@ -52,6 +58,14 @@ def main(args: argparse.Namespace) -> int:
 
 def target_from(args: argparse.Namespace, settings: Settings) -> Target:
     """The settings, with what the command line gives instead."""
+    given = {
+        "session_table": args.table_name,
+        "scratch_bucket": args.bucket,
+        "scratch_root": args.scratch_root,
+        "kms_key_id": args.kms_key_id,
+        "ws_callback_url": args.callback_url,
+    }
+    settings = settings.model_copy(update={name: value for name, value in given.items() if value})
     return Target(
         table=args.table_name or settings.session_table,
         ttl_attribute=args.ttl_attribute or settings.attributes.ttl,
@@ -70,6 +84,9 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         backlog_queue_url=settings.backlog_queue_url,
         integrity_key_id=settings.integrity_key_id,
         close=HttpCloseSettings() if HTTP_CLOSE in ActionSettings().actions.split(",") else None,
+        actions=frozenset(name.strip() for name in (args.actions or ActionSettings().actions).split(",")),
+        settings=settings,
+        worker_principal=args.worker_role_arn,
     )
 
 

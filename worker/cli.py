@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "health": ("worker.health", "container health check: exit 0 while the poller (or, with --kcl, the KCL) progresses"),
     "status": ("worker.status", "show mode, kill switch, checkpoints and lag, lease, queues and the last sweep"),
     "canary": ("worker.canary", "end a canary session and time until the worker has freed it (alarms when it has not)"),
+    "switch": ("worker.switch", "show or flip the kill switch in AppConfig: status, pause, dry-run, resume"),
 }
 
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -80,7 +81,8 @@ def refusal(command: str | None) -> str | None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            return f"needs the [{extra}] extra ({exc}): pip install '{floors.DISTRIBUTION}[{extra}]'"
+            where = f"pip install '.[{extra}]' in the project's clone (or the wheel's path with [{extra}])"
+            return f"needs the [{extra}] extra ({exc}): {where}"
     return floors.problem([extra] if extra else [])
 
 

@@ -26,11 +26,15 @@ from worker import function_settings
 AWS_FREE = frozenset({"demo", "health"})
 """Sub-commands that make no AWS call of their own (the demo brings its own embedded AWS)."""
 
-ONE_SHOT = frozenset({"replay", "capture", "redrive", "retag", "sweep", "reconcile", "check", "status"})
+ONE_SHOT = frozenset({"replay", "capture", "redrive", "retag", "sweep", "reconcile", "check", "status", "switch"})
 """Sub-commands whose printed report is their output (``run``, ``kcl`` and ``drain`` are services: logs are theirs)."""
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "demo": ("cleanup-worker demo", "cleanup-worker demo --objects 200 --verbose"),
+    "demo": (
+        "cleanup-worker demo",
+        "cleanup-worker demo --objects 200 --verbose",
+        "cleanup-worker demo --preset connection-table",
+    ),
     "run": (
         "cleanup-worker run --table-name sessions",
         "cleanup-worker run --table-name sessions --consumer-id cleanup-a --region eu-west-1",
@@ -38,7 +42,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "kcl": ("java ... MultiLangDaemon --properties-file deploy/kcl/cleanup.properties   # runs: cleanup-worker kcl",),
     "replay": (
         "cleanup-worker replay --dry-run captured.jsonl",
-        "cleanup-worker replay events/lambda-ttl-remove.json",
+        "cleanup-worker replay --dry-run events/lambda-dynamodb-ttl-remove.json",
     ),
     "capture": (
         "cleanup-worker capture --table-name sessions --out records.jsonl",
@@ -64,6 +68,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "canary": (
         "cleanup-worker canary",
         "cleanup-worker canary --json --region eu-west-1",
+    ),
+    "switch": (
+        "cleanup-worker switch status",
+        "cleanup-worker switch pause --application abc1234 --environment def5678 --configuration-profile ghi9012 "
+        "--strategy jkl3456",
+        "cleanup-worker switch resume --json",
     ),
 }
 

@@ -32,7 +32,17 @@ ROOMS_PER_CONNECTION = 3
 ROOM_SHARDS = 4  # each room spread over this many partition keys
 
 
+PRESETS = ("sessions", "connection-table")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        choices=PRESETS,
+        default="sessions",
+        help="sessions: a session table whose sessions hold a socket, a grant, scratch data and rooms (default); "
+        "connection-table: a conn#<id> / metadata / expires_at table whose sessions hold a socket alone",
+    )
     parser.add_argument("--objects", type=int, default=40, help="scratch objects per session (default 40)")
     parser.add_argument("--verbose", action="store_true", help="also show the worker's JSON logs on stderr")
 
@@ -47,6 +57,10 @@ def main(args: argparse.Namespace) -> int:
     progress("starting moto and the WebSocket gateway on 127.0.0.1")
     with LocalAws() as aws, LocalGateway() as gateway:
         aws.use()
+        if args.preset == "connection-table":
+            from worker.demo_connections import ConnectionDemo
+
+            return ConnectionDemo(aws, gateway, progress).run(started, settings)
         return Demo(aws, gateway, objects=args.objects, verbose=args.verbose).run(started, settings)
 
 

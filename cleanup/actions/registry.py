@@ -41,6 +41,7 @@ from cleanup.core.guard import session_id as session_id_of
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
+from schemas.settings import Binding
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -282,8 +283,9 @@ class Membership(ActionKind):
             return [self.step(held, {"connectionId": held, "table": table}, refusal=exc)]
         gate = self.gate(context, held)
         binding = runtime.settings.session_binding
-        held_by = session_id_of(session.pk, runtime.settings) if binding else None
-        by_session = runtime.settings.attributes.registry_session_id if binding else None
+        held_by = session_id_of(session.pk, runtime.settings)
+        bound = binding is Binding.STRICT or (binding is Binding.OWN and held_by is not None)
+        by_session = runtime.settings.attributes.registry_session_id if bound else None
 
         def where(deadline: Deadline) -> Registry:
             return Registry(table, index, attribute, runtime.table_keys(table, deadline), by_session)

@@ -15,8 +15,9 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING on, a prefix is deleted only if it is exactly its session's folder, ``<root>[<tenant>/]<id>/``
-(``cleanup.core.guard.check_bound``, before anything is listed).
+With SESSION_BINDING, a prefix is deleted only if it is bound to its session (``cleanup.core.binding.check_bound``,
+before anything is listed): exactly its session's folder, ``<root>[<tenant>/]<id>/`` (with ``own``, where the item's
+key names an id).
 
 Every page's call asks its permit where it leaves, after its waits (``cleanup.aws.permits``, ``cleanup.core.fence``:
 the live item read afresh, after the record's previous destructive call): a session re-created under the same key
@@ -33,10 +34,18 @@ from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
 from cleanup.aws.retry import Deadline
+from cleanup.core.binding import check_bound
 from cleanup.core.fence import incomparable_prefix
-from cleanup.core.guard import ScratchLocation, check_bound, resolve_prefix, session_id
+from cleanup.core.guard import ScratchLocation, resolve_prefix, session_id
 from cleanup.core.race import scratch_holding
-from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError, UnsafePrefixError
+from cleanup.exceptions import (
+    NowHeldError,
+    OutOfTimeError,
+    PermanentError,
+    TransientError,
+    UnboundResourceError,
+    UnsafePrefixError,
+)
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 
@@ -218,10 +227,12 @@ class Scratch(ActionKind):
         scratch_prefix, runtime, calls = session.scratch_prefix, context.runtime, context.calls
         try:
             where = resolve_prefix(scratch_prefix, runtime.settings, session.tenant_id)
-            if runtime.settings.session_binding:
-                check_bound(where, session_id(session.pk, runtime.settings), runtime.settings, session.tenant_id)
+            binding = runtime.settings.session_binding
+            sid = session_id(session.pk, runtime.settings)
+            check_bound(where, sid, binding, runtime.settings, session.tenant_id)
         except PermanentError as exc:
-            return [self.step(scratch_prefix, {"prefix": scratch_prefix}, refusal=exc)]
+            detail = {"prefix": scratch_prefix, **({"unbound": True} if isinstance(exc, UnboundResourceError) else {})}
+            return [self.step(scratch_prefix, detail, refusal=exc)]
         gate = self.gate(context, scratch_prefix, where, then=DELETE)
 
         def run(deadline: Deadline) -> tuple[ActionStatus, dict[str, Any]]:

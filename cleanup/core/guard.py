@@ -10,9 +10,8 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
   ``SCRATCH_TENANT_SCOPED`` is on;
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
-With SESSION_BINDING on, a session's grant and prefix must also be bound to it (``session_id`` says whose they must
-be): a prefix must be exactly the session's folder, ``<root>[<tenant>/]<id>/`` (``check_bound``); a grant's name is
-read by its action (``cleanup.actions.grant``).
+With SESSION_BINDING, a session's grant and prefix must also be bound to it (``session_id`` says whose they must be;
+``cleanup.core.binding`` holds the rules: a prefix must be exactly the session's folder, ``<root>[<tenant>/]<id>/``).
 
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this
@@ -33,7 +32,6 @@ from cleanup.exceptions import (
     RefusedConnectionError,
     RefusedEndpointError,
     RefusedKeyError,
-    UnboundResourceError,
     UnsafePrefixError,
 )
 from cleanup.expiry.convention import KEY_PREFIX, SESSION_ID
@@ -178,35 +176,6 @@ def session_id(partition_key: str | None, settings: Settings) -> str | None:
         return None
     ident = partition_key[len(prefix) :]
     return ident if SESSION_ID.fullmatch(ident) else None
-
-
-def check_bound(where: ScratchLocation, session_id: str | None, settings: Settings, tenant_id: str | None) -> None:
-    """That ``where`` is bound to the session ``session_id``: it is exactly ``<root><id>/`` or, for a session with a
-    tenant, ``<root><tenant>/<id>/`` (as the write path writes it), ``<root>`` being SCRATCH_ROOT (and the tenant's
-    folder with SCRATCH_TENANT_SCOPED). A prefix that only ends in the id (``<root><tenant>/<another id>/<id>/``)
-    is another session's folder, or lies in one.
-
-    Raises:
-        UnboundResourceError: it is not, or the item's key names no session id (None): nothing is deleted.
-    """
-    if session_id is None:
-        raise UnboundResourceError(
-            f"the item's key names no session id, so scratch prefix {where.prefix!r} cannot be bound to it and is "
-            "kept: set SESSION_KEY_PREFIX to the key's prefix, or SESSION_BINDING=false if the table follows no "
-            "such convention"
-        )
-    root = settings.scratch_root
-    bound = {f"{root}{session_id}/"}
-    if tenant_id:
-        bound.add(f"{root}{tenant_id}/{session_id}/")
-    if settings.scratch_tenant_scoped:
-        bound = {f"{root}{tenant_id}/{session_id}/"}
-    if where.prefix not in bound:
-        raise UnboundResourceError(
-            f"scratch prefix {where.prefix!r} is not {' or '.join(sorted(map(repr, bound)))}: it is not bound to this "
-            "session and is kept. If the table's prefixes are not laid out so, set SESSION_BINDING=false; else find "
-            "who wrote this item"
-        )
 
 
 def execute_api_region(url: str) -> str | None:

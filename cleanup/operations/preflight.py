@@ -2,8 +2,9 @@
 
 Each check reads one thing (DescribeTable, DescribeTimeToLive, HeadBucket, GetBucketLifecycleConfiguration,
 DescribeKey) and says passed or failed, with the fix for a failure. Checks never change anything. A check that does
-not apply (the dead-letter store, with no dead-letter queue and nothing wrong; the registry, with none configured)
-says nothing.
+not apply says nothing: the scratch bucket and its backstop without the scratch action, the key without the grant
+action, the endpoint without the connection action (ACTIONS); the dead-letter store with no dead-letter queue and
+nothing wrong; the registry with none configured. ``cleanup.operations.binding_sample`` adds the binding's check.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from cleanup.aws.calls import call, call_or_gone
 from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError
 from cleanup.operations.close_check import probe_close
-from schemas.settings import DEAD_LETTER_OVERLAP_FIX, HttpCloseSettings, dead_letter_overlap
+from schemas.settings import DEAD_LETTER_OVERLAP_FIX, HttpCloseSettings, Settings, dead_letter_overlap
 
 OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
 TTL_ON = ("ENABLED", "ENABLING")
@@ -46,6 +47,12 @@ class Target:
     integrity_key_id: str | None = None
     close: HttpCloseSettings | None = None
     """The http-close action's settings, when ACTIONS enables it."""
+    actions: frozenset[str] = frozenset({"connection", "grant", "scratch", "registry"})
+    """The enabled action kinds (ACTIONS): a check of what none of them needs says nothing."""
+    settings: Settings | None = None
+    """The whole settings, for the checks that read items as the worker reads them."""
+    worker_principal: str | None = None
+    """The principal the grants must name as retiring principal; None: the caller's own identity."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +139,10 @@ def check_stream(clients: Clients, target: Target) -> CheckResult:
     return CheckResult(name, True, f"{view} ({table.get('LatestStreamArn', '')})")
 
 
-def check_bucket(clients: Clients, target: Target) -> CheckResult:
-    """The scratch bucket exists and is reachable."""
+def check_bucket(clients: Clients, target: Target) -> CheckResult | None:
+    """The scratch bucket exists and is reachable (with the scratch action)."""
+    if "scratch" not in target.actions:
+        return None
     name = "scratch bucket exists"
     if not target.bucket:
         return CheckResult(name, False, "no bucket configured", "set SCRATCH_BUCKET or pass --bucket")
@@ -144,8 +153,11 @@ def check_bucket(clients: Clients, target: Target) -> CheckResult:
     return CheckResult(name, True, target.bucket)
 
 
-def check_lifecycle(clients: Clients, target: Target) -> CheckResult:
-    """Enabled lifecycle rules over the scratch root expire current and noncurrent versions (the backstop)."""
+def check_lifecycle(clients: Clients, target: Target) -> CheckResult | None:
+    """Enabled lifecycle rules over the scratch root expire current and noncurrent versions (the backstop), with the
+    scratch action."""
+    if "scratch" not in target.actions:
+        return None
     name = f"lifecycle backstop covers {target.scratch_root!r}"
     fix = (
         f"add enabled lifecycle rules with prefix {target.scratch_root!r}: Expiration Days, "
@@ -172,8 +184,11 @@ def check_lifecycle(clients: Clients, target: Target) -> CheckResult:
     return CheckResult(name, True, f"rules {', '.join(sorted(set(current + noncurrent)))}")
 
 
-def check_key(clients: Clients, target: Target) -> CheckResult:
-    """The grants' KMS key exists, is enabled, and is configured by ARN (RetireGrant needs the ARN)."""
+def check_key(clients: Clients, target: Target) -> CheckResult | None:
+    """The grants' KMS key exists, is enabled, and is configured by ARN (RetireGrant needs the ARN), with the grant
+    action."""
+    if "grant" not in target.actions:
+        return None
     name = "KMS key exists and is enabled"
     if not target.kms_key_id:
         return CheckResult(name, False, "no key configured", "set KMS_KEY_ID (the key ARN) or pass --kms-key-id")
@@ -193,8 +208,10 @@ def check_key(clients: Clients, target: Target) -> CheckResult:
     return CheckResult(name, True, key["Arn"])
 
 
-def check_callback(clients: Clients, target: Target) -> CheckResult:
-    """The WebSocket management endpoint is set (items without a callbackUrl use it)."""
+def check_callback(clients: Clients, target: Target) -> CheckResult | None:
+    """The WebSocket management endpoint is set (items without a callbackUrl use it), with the connection action."""
+    if "connection" not in target.actions:
+        return None
     name = "callback endpoint set"
     fix = "set WS_CALLBACK_URL=https://<api-id>.execute-api.<region>.amazonaws.com/<stage> (or --callback-url)"
     if not target.callback_url:
@@ -226,11 +243,19 @@ def check_dead_letter_store(clients: Clients, target: Target) -> CheckResult | N
     return CheckResult(name, True, f"s3://{bucket}/{target.dead_letter_prefix}")
 
 
+def check_binding(clients: Clients, target: Target) -> CheckResult | None:
+    """Which SESSION_BINDING fits a sample of the table's sessions (``cleanup.operations.binding_sample``, which
+    reads items as the worker does: imported when checked)."""
+    from cleanup.operations.binding_sample import check_binding as sampled
+
+    return sampled(clients, target)
+
+
 def check_registry(clients: Clients, target: Target) -> CheckResult | None:
     """The connection registry's index exists, is keyed on the connection id, and is active: its items then carry the
     connection id and the table's keys (DynamoDB projects them into every index), which is what the worker reads back
     to delete a membership. Only said when a registry is configured."""
-    if not target.registry_table:
+    if not target.registry_table or "registry" not in target.actions:
         return None
     name = f"registry index on {target.registry_attribute!r} projects the table's keys"
     table = _describe_table(clients, target.registry_table)
@@ -312,6 +337,7 @@ CHECKS: tuple[Check, ...] = (
     check_expiry_index,
     check_backlog_integrity,
     check_http_close,
+    check_binding,
 )
 
 
