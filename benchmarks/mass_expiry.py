@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.capacity import Backlog, Expiry, Mapping, Quotas, Result, Worker, simulate
 from benchmarks.mapping import Delivered, MappingSettings, deliver, drain_queue, on_failure_message
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.runtime import Runtime
 from cleanup.telemetry import LOGGER_NAME
 from tests.proxy import FaultPlan, FaultProxy

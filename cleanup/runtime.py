@@ -17,7 +17,7 @@ from cleanup.aws import permits
 from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
 from cleanup.operations.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log

@@ -14,7 +14,7 @@ from typing import Any
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import NowHeldError, TransientError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session

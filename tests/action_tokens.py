@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import boto3
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 
 from cleanup.actions import loading
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError, NowHeldError
 from cleanup.operations.redrive import redrive
 from cleanup.queues.backlog import backlog_body

@@ -10,8 +10,8 @@ import pytest
 from botocore.config import Config
 
 from cleanup.actions.connection import close_connection
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, TransientError
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from cleanup.queues.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
 from cleanup.queues.integrity import seal
 from cleanup.runtime import Runtime

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleanup.aws.clients import Clients
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.queues.backlog import MAX_PACED, SERVICE_NAME, backlog_body, defer, pace_hint
 from cleanup.queues.backlog_drain import Message, clean
 from cleanup.queues.deadletter import stored_letter

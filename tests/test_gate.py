@@ -20,9 +20,9 @@ from botocore.awsrequest import AWSResponse
 from cleanup.actions import loading
 from cleanup.aws import coalesce, permits
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
 from cleanup.core.guard import callback_endpoint
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from schemas.outcomes import ActionStatus, Outcome, Status
 from schemas.records import read_lambda_event
 from tests.action_rows import PartitionRows, Swallowing

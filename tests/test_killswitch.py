@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import TransientError
 from cleanup.queues.backlog import backlog_body
 from cleanup.queues.backlog_drain import Message, clean, dead_letter_target

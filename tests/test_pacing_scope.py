@@ -17,7 +17,7 @@ import pytest
 
 from cleanup.aws.calls import call
 from cleanup.aws.pacing import SLOW_START, Gate
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import OutOfTimeError, TransientError
 from cleanup.queues.integrity import seal
 from schemas.settings import Settings

@@ -17,8 +17,8 @@ import pytest
 
 from cleanup.actions import registry
 from cleanup.aws.clients import Clients
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from cleanup.exceptions import OutOfTimeError
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink

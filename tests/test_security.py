@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.operations.reconcile import reconcile
 from cleanup.queues.backlog import backlog_body
 from cleanup.queues.deadletter import stored_letter

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
 from tests.queues import on_queue
 from tests.stack import SessionStack, client

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.aws.retry import SAFETY_MARGIN_SECONDS, Deadline
+from cleanup.deadline import SAFETY_MARGIN_SECONDS, Deadline
 from cleanup.exceptions import PausedError
 from tests.agents import ENFORCE, GARBLES, ScriptedAgent, status
 from tests.kcl_daemon import KinesisShard

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.operations.killswitch import Mode
 from cleanup.queues.backlog_drain import Message, clean, release
 from cleanup.runtime import Runtime, WarmRuntime

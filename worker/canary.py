@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError
 from cleanup.operations.canary import CanaryReport, run_canary
 from cleanup.runtime import Runtime, WarmRuntime

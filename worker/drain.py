@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError, TransientError
 from cleanup.operations.killswitch import Mode
 from cleanup.queues.backlog_drain import SQS_BATCH, Message, clean, release

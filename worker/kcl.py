@@ -48,9 +48,9 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, NoReturn
 
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import Incoming
 from cleanup.core.retry_in_place import InPlaceBatch, consumes
+from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
 from cleanup.operations.killswitch import Mode
 from cleanup.runtime import Runtime

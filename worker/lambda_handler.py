@@ -28,8 +28,8 @@ import logging
 import time
 from typing import Any
 
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import Incoming, run_batch
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
 from cleanup.operations.killswitch import Mode, settings_for
 from cleanup.runtime import Runtime, WarmRuntime

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import IO, Any
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError
 from cleanup.operations.killswitch import Mode
 from cleanup.operations.reconcile import KEPT, ReconcileReport, Verdict, reconcile

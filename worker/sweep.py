@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
 from cleanup.operations.killswitch import Mode

@@ -51,7 +51,7 @@ from cleanup.aws.calls import call_or_gone
 from cleanup.aws.clients import Clients
 from cleanup.aws.coalesce import READ, Coalescer
 from cleanup.aws.permits import Permit, authorized, targets
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, TransientError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session

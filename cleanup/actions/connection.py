@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.aws.calls import call_or_gone
-from cleanup.aws.retry import Deadline
 from cleanup.core.guard import callback_endpoint, execute_api_region
 from cleanup.core.guard import connection_id as connection_id_of
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session

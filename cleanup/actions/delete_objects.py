@@ -22,9 +22,9 @@ from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Coalescer, Part
 from cleanup.aws.permits import Permit, authorized
-from cleanup.aws.retry import Deadline
 from cleanup.core.fence import PartsRefused, permits_together
 from cleanup.core.guard import ScratchLocation
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, TransientError, UnsafePrefixError
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.aws.calls import call_or_gone
-from cleanup.aws.retry import Deadline
 from cleanup.core.binding import judge, worker_principal
 from cleanup.core.guard import grant_key, session_id
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, TransientError, UnboundResourceError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session

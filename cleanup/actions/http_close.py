@@ -35,8 +35,8 @@ from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.actions.bounded_http import Answer, exchange
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
 from cleanup.aws.permits import SendCheck
-from cleanup.aws.retry import Deadline
 from cleanup.core.guard import connection_id as connection_id_of
+from cleanup.deadline import Deadline
 from cleanup.exceptions import (
     ConfigurationError,
     OutOfTimeError,

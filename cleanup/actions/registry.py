@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.actions.registry_binding import held_by
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
 from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.core.guard import session_id as session_id_of
+from cleanup.deadline import Deadline
 from cleanup.exceptions import NowHeldError, OutOfTimeError, PermanentError, TransientError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session

@@ -17,7 +17,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from cleanup.aws.calls import call
 from cleanup.aws.permits import key_text
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import OutOfTimeError, TransientError
 
 if TYPE_CHECKING:

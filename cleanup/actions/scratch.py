@@ -33,11 +33,11 @@ from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan
 from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
-from cleanup.aws.retry import Deadline
 from cleanup.core.binding import check_bound
 from cleanup.core.fence import incomparable_prefix
 from cleanup.core.guard import ScratchLocation, resolve_prefix, session_id
 from cleanup.core.race import scratch_holding
+from cleanup.deadline import Deadline
 from cleanup.exceptions import (
     NowHeldError,
     OutOfTimeError,

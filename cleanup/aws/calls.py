@@ -19,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cleanup.aws.aws_errors import error_code, status_code, translate
 from cleanup.aws.pacing import paced
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, TransientError
 
 P = ParamSpec("P")

@@ -162,7 +162,7 @@ _scope_var: ContextVar[CallScope | None] = ContextVar("cleanup_call_scope", defa
 @contextmanager
 def paced(deadline: Any) -> Iterator[CallScope]:
     """The scope of one API call made on this thread: its attempts are paced within ``deadline`` (a
-    ``cleanup.aws.retry.Deadline``, None: none), and whatever the call holds is given back when the scope ends."""
+    ``cleanup.deadline.Deadline``, None: none), and whatever the call holds is given back when the scope ends."""
     scope = CallScope(deadline)
     token = _scope_var.set(scope)
     try:

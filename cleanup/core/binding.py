@@ -24,7 +24,7 @@ from weakref import WeakKeyDictionary
 
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import TransientError, UnboundResourceError
 from cleanup.expiry.convention import GRANT_NAME_PREFIX, grant_name
 from schemas.settings import Binding, Settings

@@ -51,7 +51,7 @@ from typing import Any
 from cleanup.actions.api import ActionKind, Gate, Holding, Sender
 from cleanup.aws.coalesce import READ
 from cleanup.aws.permits import Permit
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
 from cleanup.telemetry import log
 from schemas.session import Session

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
-from cleanup.aws.retry import ANSWER_MARGIN_SECONDS, SAFETY_MARGIN_SECONDS, Deadline
 from cleanup.core.classify import Decision, classify, classify_here, item_key
 from cleanup.core.fence import Reader
 from cleanup.core.plan import clean_session
+from cleanup.deadline import ANSWER_MARGIN_SECONDS, SAFETY_MARGIN_SECONDS, Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
 from cleanup.queues.backlog import defer
 from cleanup.queues.deadletter import dead_letter

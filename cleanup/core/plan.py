@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions.api import ActionKind, Context, Holding, Run, Step
 from cleanup.actions.loading import BUILT_IN
-from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.aws.retry import call_with_retry
 from cleanup.core.fence import Fence, Reader, Reading
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, TransientError
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log

@@ -32,8 +32,8 @@ from cleanup.actions.api import Holding as Holding  # the race rule's verdict, d
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Part
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
-from cleanup.aws.retry import Deadline
 from cleanup.core.guard import ScratchLocation
+from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.session import Session, SessionItemError

@@ -30,8 +30,8 @@ from typing import Any
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import Incoming, run_batch
+from cleanup.deadline import Deadline
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome

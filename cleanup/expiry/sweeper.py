@@ -27,8 +27,9 @@ from botocore.exceptions import ClientError
 from cleanup.application_contract import expiry_buckets
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.aws.retry import call_with_retry
 from cleanup.core.classify import not_a_session_key
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, ConditionFailedError, MissingConfigError, PermanentError
 from cleanup.expiry.sweep_report import Expired
 from cleanup.expiry.sweep_report import SweepReport as SweepReport

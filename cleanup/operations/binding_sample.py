@@ -19,10 +19,10 @@ from typing import Any
 from cleanup.actions.grant import listed
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.clients import Clients
-from cleanup.aws.retry import Deadline
 from cleanup.core.binding import check_bound, judge, worker_principal
 from cleanup.core.classify import not_a_session_key
 from cleanup.core.guard import grant_key, resolve_prefix, session_id
+from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, UnboundResourceError
 from cleanup.operations.preflight import CheckResult, Target
 from schemas.attributes import decode_image

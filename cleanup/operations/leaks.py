@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.actions import grant, registry, scratch
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
 from cleanup.core.guard import ScratchLocation, resolve_prefix
+from cleanup.deadline import Deadline
 from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
 from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
 from schemas.settings import AttributeNames, Settings

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, TransientError
 from schemas.attributes import AttributeDecodeError, decode_image
 from schemas.session import Session, SessionItemError

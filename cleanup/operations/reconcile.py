@@ -39,9 +39,10 @@ from typing import Any
 
 from cleanup.actions import grant, registry, scratch
 from cleanup.actions.api import ActionKind, Gate, Orphan
-from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.aws.retry import call_with_retry
 from cleanup.core.fence import Fence, Reader
 from cleanup.core.race import BATCH_KEYS
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
 from cleanup.operations import leaks, liveness
 from cleanup.operations.leaks import Found

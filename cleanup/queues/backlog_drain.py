@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
 from cleanup.core.pipeline import run_batch
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
 from cleanup.operations.claim_check import Settled, StoredRecord, delete_stored, read_stored, settled
 from cleanup.queues.backlog import load_message, only_remaining, pace_hint, split_remaining

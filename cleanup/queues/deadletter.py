@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.aws.retry import call_with_retry
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError
 from cleanup.queues.integrity import TAG_BYTES, digest, seal
 from cleanup.queues.record_image import needed_only

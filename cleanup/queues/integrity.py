@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import IntegrityError
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.answers import missing
 from cleanup.aws.calls import call_or_gone
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.exceptions import IntegrityError
 from cleanup.queues.integrity import ALGORITHM, FIELD, signed_bytes
 from cleanup.telemetry import log

@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.calls import call
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.queues.integrity import DIGEST_FIELD
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from cleanup.aws.retry import Deadline
+from cleanup.deadline import Deadline
 from cleanup.queues.deadletter import dead_letter
 from cleanup.telemetry import log, log_outcomes
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status

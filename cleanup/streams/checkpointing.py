@@ -17,8 +17,9 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
-from cleanup.aws.retry import Deadline, call_with_retry
+from cleanup.aws.retry import call_with_retry
 from cleanup.core.retry_in_place import Backoff, consumes
+from cleanup.deadline import Deadline
 from cleanup.exceptions import StopRequested, TransientError
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore
 from cleanup.streams.previews import PreviewPins

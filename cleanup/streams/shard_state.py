@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cleanup.aws.retry import Deadline
 from cleanup.core.retry_in_place import InPlaceBatch
+from cleanup.deadline import Deadline
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint
