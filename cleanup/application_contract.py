@@ -19,7 +19,7 @@ deletes it: the stream's REMOVE then cleans everything up.
 The session's KMS grant is created by ``create_session_grant``, named ``session:<session-id>`` (``grant_name``): the
 name is how ``cleanup-worker reconcile`` finds the grant's session when the stream's record of it was lost. How ids,
 keys (``session_key``), grant names, scratch prefixes, memberships and expiry buckets are spelled is
-``cleanup.expiry.convention``; every helper takes ``key_prefix`` and ``sort_key`` (None for a table without a sort key):
+``schemas.convention``; every helper takes ``key_prefix`` and ``sort_key`` (None for a table without a sort key):
 pass the deployment's, or reconcile looks for the item under another key. With SESSION_BINDING on (the default) the
 worker frees nothing that is not bound to its session, so ``create_session`` refuses a prefix that does not end in
 ``<id>/`` (and the worker frees only ``<root>[<tenant>/]<id>/``). ``join_room`` writes a connection's room membership in
@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
 from cleanup.exceptions import ConditionFailedError, SessionExistsError
-from cleanup.expiry.convention import DEFAULT_NAMES as DEFAULT_NAMES  # re-exported: the contract's names
-from cleanup.expiry.convention import KEY_PREFIX, SORT_KEY, grant_name, membership_item
-from cleanup.expiry.convention import bucket_start as bucket_start
-from cleanup.expiry.convention import expiry_bucket as expiry_bucket
-from cleanup.expiry.convention import expiry_buckets as expiry_buckets
-from cleanup.expiry.convention import session_key as session_key
+from schemas.convention import DEFAULT_NAMES as DEFAULT_NAMES  # re-exported: the contract's names
+from schemas.convention import KEY_PREFIX, SORT_KEY, grant_name, membership_item
+from schemas.convention import bucket_start as bucket_start
+from schemas.convention import expiry_bucket as expiry_bucket
+from schemas.convention import expiry_buckets as expiry_buckets
+from schemas.convention import session_key as session_key
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from cleanup.expiry.convention import CANARY_TENANT
 from cleanup.log_identifiers import IDENTIFIER_FIELDS, Hasher, hide_identifiers, identifier_hasher
+from schemas.convention import CANARY_TENANT
 from schemas.outcomes import Outcome, Status
 from schemas.settings import Settings
 

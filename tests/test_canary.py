@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from cleanup.expiry.convention import CANARY_TENANT
 from cleanup.operations.canary import run_canary
 from cleanup.streams.poller import StreamPoller
+from schemas.convention import CANARY_TENANT
 from tests.test_sweep import CapturedMetrics
 from tests.waiting import WAIT_GUARD_SECONDS
 from worker import cli

@@ -13,8 +13,8 @@ import pytest
 
 from cleanup.application_contract import DEFAULT_NAMES, create_session, join_room
 from cleanup.aws import clients
-from cleanup.expiry.convention import membership_item
 from cleanup.operations import leaks
+from schemas.convention import membership_item
 from tests.stack import SessionStack
 from worker import cli
 from worker.local.backend import create_registry_table

@@ -126,7 +126,7 @@ class ConnectionDemo:
         return str(described["LatestStreamArn"])
 
     def open_connections(self, settings: Any) -> None:
-        from cleanup.expiry.convention import expiry_bucket
+        from schemas.convention import expiry_bucket
 
         total = sum(count for _, count in PLAN)
         self.progress(f"opening {total} WebSocket clients, each a metadata row and {len(ROOMS)} subscription rows")

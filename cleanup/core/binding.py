@@ -26,7 +26,7 @@ from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.deadline import Deadline
 from cleanup.exceptions import TransientError, UnboundResourceError
-from cleanup.expiry.convention import GRANT_NAME_PREFIX, grant_name
+from schemas.convention import GRANT_NAME_PREFIX, grant_name
 from schemas.settings import Binding, Settings
 
 if TYPE_CHECKING:

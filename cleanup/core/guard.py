@@ -34,7 +34,7 @@ from cleanup.exceptions import (
     RefusedKeyError,
     UnsafePrefixError,
 )
-from cleanup.expiry.convention import KEY_PREFIX, SESSION_ID
+from schemas.convention import KEY_PREFIX, SESSION_ID
 from schemas.settings import KMS_KEY_ARN, Settings
 
 

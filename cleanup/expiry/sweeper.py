@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from cleanup.application_contract import expiry_buckets
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.aws.retry import call_with_retry
@@ -36,6 +35,7 @@ from cleanup.expiry.sweep_report import SweepReport as SweepReport
 from cleanup.expiry.sweep_report import Verdict as Verdict
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
+from schemas.convention import expiry_buckets
 from schemas.settings import CleanupMode, Settings
 
 if TYPE_CHECKING:

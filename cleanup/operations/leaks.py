@@ -34,7 +34,7 @@ from cleanup.aws.calls import call
 from cleanup.core.guard import ScratchLocation, resolve_prefix
 from cleanup.deadline import Deadline
 from cleanup.exceptions import MissingConfigError, PermanentError, TransientError
-from cleanup.expiry.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
+from schemas.convention import GRANT_NAME_PREFIX, KEY_PREFIX, SESSION_ID, SORT_KEY
 from schemas.settings import AttributeNames, Settings
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from moto.server import ThreadedMotoServer
 
 from cleanup.application_contract import DEFAULT_NAMES
-from cleanup.expiry.convention import membership_item
+from schemas.convention import membership_item
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
