@@ -19,7 +19,7 @@ from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
 from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
-from cleanup.operations.killswitch import KillSwitch, Mode, settings_for
+from cleanup.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.session import SessionShape
 from schemas.settings import ActionSettings, CleanupMode, Settings, Versioning, configuration_problems

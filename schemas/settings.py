@@ -314,7 +314,7 @@ class Settings(BaseSettings):
     appconfig_environment: str | None = None
     """APPCONFIG_ENVIRONMENT: its AppConfig environment."""
     appconfig_profile: str | None = None
-    """APPCONFIG_PROFILE: its feature-flag profile (flag ``cleanup``: see cleanup.operations.killswitch)."""
+    """APPCONFIG_PROFILE: its feature-flag profile (flag ``cleanup``: see cleanup.killswitch)."""
     appconfig_agent_url: str = "http://localhost:2772"
     """APPCONFIG_AGENT_URL: the AppConfig agent's or Lambda extension's local endpoint (loopback only)."""
     appconfig_poll_seconds: float = Field(default=15.0, ge=0)

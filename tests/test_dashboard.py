@@ -20,7 +20,7 @@ from typing import Any
 
 from cleanup.actions import connection, grant, registry, scratch
 from cleanup.expiry.sweeper import Verdict
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import Reason
 from schemas.settings import Settings

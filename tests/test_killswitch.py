@@ -11,7 +11,7 @@ import pytest
 from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
 from schemas.outcomes import Status

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.streams.checkpoints import ensure_table
 from tests.faults import Faults
 from tests.proxy import FaultPlan, FaultProxy

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cleanup.operations.killswitch import AGENT_TIMEOUT_SECONDS, Mode
+from cleanup.killswitch import AGENT_TIMEOUT_SECONDS, Mode
 from cleanup.runtime import Runtime
 from tests.agents import ENFORCE, GARBLES, PAUSE, ScriptedAgent
 from tests.stack import SessionStack

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from benchmarks.stack import source_template
-from cleanup.operations.killswitch import KillSwitch, Mode
+from cleanup.killswitch import KillSwitch, Mode
 from cleanup.operations.switch import VALUES, profile_document
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.settings import Settings

@@ -9,7 +9,7 @@ dead-letter queue. A record that fails permanently goes to DEAD_LETTER_QUEUE_URL
 done. A message whose integrity tag does not verify, or that cannot be read at all, frees nothing and is moved,
 whole, to the backlog's dead-letter queue (``cleanup.queues.backlog_drain``); the rest of its batch goes on. Nothing is
 deferred again from here: BACKLOG_QUEUE_URL only names the queue messages are released on. Paused by
-the kill switch, or while it is unknown (never read: ``cleanup.operations.killswitch``), every message is
+the kill switch, or while it is unknown (never read: ``cleanup.killswitch``), every message is
 reported and released.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from cleanup.deadline import Deadline
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.queues.backlog_drain import Message, clean, release
 from cleanup.runtime import Runtime, WarmRuntime
 

@@ -23,7 +23,7 @@ from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError, TransientError
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.queues.backlog_drain import SQS_BATCH, Message, clean, release
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log

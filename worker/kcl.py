@@ -52,7 +52,7 @@ from cleanup.core.pipeline import Incoming
 from cleanup.core.retry_in_place import InPlaceBatch, consumes
 from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.streams.first_failures import CLOCK, FirstFailures, GiveUpClock
 from cleanup.telemetry import log

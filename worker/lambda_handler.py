@@ -9,7 +9,7 @@ resumes from the lowest reported sequence number, which cleanup tolerates becaus
 The kill switch is read at the start of every invocation. Set to dry-run while the deployment enforces
 (CLEANUP_MODE=enforce), the batch is planned (logged and counted as a dry run) and then held exactly as under a pause:
 the mapping must not move past records that were only planned. Paused, or unknown (a cold start that could not read it
-yet: ``cleanup.operations.killswitch``), nothing is touched. With a backlog (BACKLOG_QUEUE_URL), every session record
+yet: ``cleanup.killswitch``), nothing is touched. With a backlog (BACKLOG_QUEUE_URL), every session record
 goes to it with all its actions left, and waits there (14 days) until the drain, once the switch allows, cleans it:
 the stream moves on and no retry is spent. Without one, an unknown switch is read again (every
 ``UNKNOWN_WAIT_POLL_SECONDS``) for up to half of what is left of the invocation: if it answers enforce or dry-run, the
@@ -31,7 +31,7 @@ from typing import Any
 from cleanup.core.pipeline import Incoming, run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
-from cleanup.operations.killswitch import Mode, settings_for
+from cleanup.killswitch import Mode, settings_for
 from cleanup.runtime import Runtime, WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table

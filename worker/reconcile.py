@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.operations.reconcile import KEPT, ReconcileReport, Verdict, reconcile
 from cleanup.runtime import Runtime, WarmRuntime
 from worker.exit_codes import ExitCode

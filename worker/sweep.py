@@ -18,7 +18,7 @@ from typing import Any
 from cleanup.deadline import Deadline
 from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime, WarmRuntime
 from worker import floors
 from worker.exit_codes import ExitCode

@@ -32,7 +32,7 @@ from typing import Any
 from cleanup.application_contract import create_session, create_session_grant, end_session
 from cleanup.aws.calls import call
 from cleanup.exceptions import CleanupError, MissingConfigError
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.convention import CANARY_TENANT, KEY_PREFIX, SORT_KEY

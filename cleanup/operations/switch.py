@@ -1,4 +1,4 @@
-"""Flipping the kill switch (``cleanup.operations.killswitch`` reads it): a new hosted version of the feature-flag
+"""Flipping the kill switch (``cleanup.killswitch`` reads it): a new hosted version of the feature-flag
 profile, deployed at once, and what the environment has deployed now.
 
 A change is two calls to AppConfig's control plane: CreateHostedConfigurationVersion (the profile's whole document,
@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from cleanup.aws.aws_errors import error_code
 from cleanup.aws.calls import call
 from cleanup.exceptions import MissingConfigError, PermanentError
-from cleanup.operations.killswitch import FLAG, Mode, read_flag
+from cleanup.killswitch import FLAG, Mode, read_flag
 
 if TYPE_CHECKING:
     from mypy_boto3_appconfig import AppConfigClient

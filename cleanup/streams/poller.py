@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cleanup.core.retry_in_place import Backoff, InPlaceBatch, consumes
 from cleanup.exceptions import StopRequested, StreamNotFoundError, TransientError
-from cleanup.operations.killswitch import Mode
+from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpoint_table import table_exists
 from cleanup.streams.checkpointing import PollCheckpoints
