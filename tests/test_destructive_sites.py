@@ -24,7 +24,7 @@ SITES = {
     ("cleanup/actions/scratch.py", "_delete", "delete_object"),
     ("cleanup/actions/delete_objects.py", "_send", "delete_objects"),
     # Not a session's resource: a dead-letter record stored in S3, deleted once redriven.
-    ("cleanup/operations/claim_check.py", "delete_stored", "delete_object"),
+    ("cleanup/queues/claim_check.py", "delete_stored", "delete_object"),
 }
 
 

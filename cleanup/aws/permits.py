@@ -96,7 +96,7 @@ class Authority(Protocol):
 class Own:
     """The authority for deleting what the worker itself stored (a dead-letter record, once redriven): no session's
     resource, so nothing is read; the permit covers exactly ``targets``. Whoever binds it has checked that they lie
-    where the worker stores its own objects, outside the scratch root (``cleanup.operations.claim_check``)."""
+    where the worker stores its own objects, outside the scratch root (``cleanup.queues.claim_check``)."""
 
     why: str
     targets: frozenset[str]

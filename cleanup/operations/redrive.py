@@ -11,7 +11,7 @@ Two kinds of message name records to redo:
 * this worker's own dead-letter message (``cleanup.queues.deadletter``), which carries the whole record, or, when the
   record was too large for a message, names the S3 object holding it (``recordObject``). That object is read back
   (GetObject), only from DEAD_LETTER_BUCKET under DEAD_LETTER_PREFIX and only by a key the worker makes, and deleted
-  once its record is clean, after a marker saying so (``cleanup.operations.claim_check``). A message whose object is
+  once its record is clean, after a marker saying so (``cleanup.queues.claim_check``). A message whose object is
   missing is a duplicate when the marker is there, and goes; with no marker the record was lost some other way: the
   message is saved beside where the object was, reported once (``gone``), and goes.
 
@@ -39,7 +39,9 @@ from typing import Any
 
 from cleanup.core.pipeline import Incoming, run_batch
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
-from cleanup.operations.claim_check import (
+from cleanup.operations.redrive_result import MessageResult
+from cleanup.operations.stream_ranges import BatchRange, read_kinesis_range, read_range
+from cleanup.queues.claim_check import (
     Settled,
     StoredRecord,
     delete_stored,
@@ -49,8 +51,6 @@ from cleanup.operations.claim_check import (
     report_lost,
     settled,
 )
-from cleanup.operations.redrive_result import MessageResult
-from cleanup.operations.stream_ranges import BatchRange, read_kinesis_range, read_range
 from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify

@@ -4,7 +4,7 @@ and the message that names the object in its place.
 A message may be as large as the queue's MaximumMessageSize; escaping can triple an item's 400 KB. The object, under
 DEAD_LETTER_PREFIX in DEAD_LETTER_BUCKET, holds the whole message; the message sent carries ``recordObject``
 (bucket, key, version) in place of the record, with every other field and ``recordDigest``;
-``cleanup.operations.claim_check`` reads it back.
+``cleanup.queues.claim_check`` reads it back.
 """
 
 from __future__ import annotations
