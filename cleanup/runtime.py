@@ -11,12 +11,12 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from cleanup.actions.api import ActionKind, ClientSender, ReadOnlyClients
 from cleanup.actions.loading import BUILT_IN, instances, load_kinds
 from cleanup.aws import permits
 from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
+from cleanup.core.action_api import ActionKind, ClientSender, ReadOnlyClients
 from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
 from cleanup.killswitch import KillSwitch, Mode, settings_for
@@ -274,7 +274,7 @@ class Runtime:
 
 
 class PluginHost:
-    """What a kind that is not built in gets of the runtime (``cleanup.actions.api.Host``): the same settings, pools
+    """What a kind that is not built in gets of the runtime (``cleanup.core.action_api.Host``): the same settings, pools
     and table facts, and clients that only read; it frees through its gates (``Gate.aws``)."""
 
     def __init__(self, runtime: Runtime) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.aws.calls import call_or_gone
+from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Step
 from cleanup.core.guard import callback_endpoint, execute_api_region
 from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.deadline import Deadline

@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import Gate
 from cleanup.aws.aws_errors import is_transient_code
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Coalescer, Part
 from cleanup.aws.permits import Permit, authorized
+from cleanup.core.action_api import Gate
 from cleanup.core.fence import PartsRefused, permits_together
 from cleanup.core.guard import ScratchLocation
 from cleanup.deadline import Deadline

@@ -31,10 +31,10 @@ import botocore.session
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.actions.bounded_http import Answer, exchange
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
 from cleanup.aws.permits import SendCheck
+from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Step
 from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.deadline import Deadline
 from cleanup.exceptions import (

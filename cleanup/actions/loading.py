@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from functools import cache
 from importlib.metadata import entry_points
 
-from cleanup.actions.api import API_VERSION, ActionKind
 from cleanup.actions.connection import Connection
 from cleanup.actions.grant import Grant
 from cleanup.actions.http_close import HttpClose
 from cleanup.actions.registry import Membership
 from cleanup.actions.scratch import Scratch
+from cleanup.core.action_api import API_VERSION, ActionKind
 from cleanup.exceptions import ConfigurationError
 from schemas.settings import AttributeNames, Settings
 

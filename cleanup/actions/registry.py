@@ -32,9 +32,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.actions.registry_binding import held_by
 from cleanup.aws.calls import call
+from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.core.guard import session_id as session_id_of
 from cleanup.deadline import Deadline

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cleanup.actions.api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
+from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.core.binding import check_bound
 from cleanup.core.fence import incomparable_prefix
 from cleanup.core.guard import ScratchLocation, resolve_prefix, session_id

@@ -48,9 +48,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cleanup.actions.api import ActionKind, Gate, Holding, Sender
 from cleanup.aws.coalesce import READ
 from cleanup.aws.permits import Permit
+from cleanup.core.action_api import ActionKind, Gate, Holding, Sender
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError
 from cleanup.telemetry import log

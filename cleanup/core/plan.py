@@ -11,9 +11,9 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind, Context, Holding, Run, Step
 from cleanup.actions.loading import BUILT_IN
 from cleanup.aws.retry import call_with_retry
+from cleanup.core.action_api import ActionKind, Context, Holding, Run, Step
 from cleanup.core.fence import Fence, Reader, Reading
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, TransientError

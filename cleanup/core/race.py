@@ -28,10 +28,10 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from cleanup.actions.api import Holding as Holding  # the race rule's verdict, defined by the action API
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Part
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
+from cleanup.core.action_api import Holding as Holding  # the race rule's verdict, defined by the action API
 from cleanup.core.guard import ScratchLocation
 from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleanup.actions import grant, registry, scratch
-from cleanup.actions.api import ActionKind, Gate, Orphan
 from cleanup.aws.retry import call_with_retry
+from cleanup.core.action_api import ActionKind, Gate, Orphan
 from cleanup.core.fence import Fence, Reader
 from cleanup.core.race import BATCH_KEYS
 from cleanup.deadline import Deadline

@@ -23,10 +23,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from cleanup.actions.api import ActionKind
 from cleanup.actions.loading import DEFAULT, REPLACED_BY, load_kinds
 from cleanup.aws.pacing import own_quota
 from cleanup.aws.retry import call_with_retry
+from cleanup.core.action_api import ActionKind
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MessageFormatError
 from cleanup.queues.deadletter import MESSAGE_FORMAT, batches, letters_for, message_body, send_batch
