@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cleanup.core.guard import ScratchLocation
+from cleanup.core.holding import Holding, scratch_holding
 from cleanup.core.pipeline import run_batch
-from cleanup.core.race import Holding, scratch_holding
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

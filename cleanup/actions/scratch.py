@@ -36,7 +36,7 @@ from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Host, Or
 from cleanup.core.binding import check_bound
 from cleanup.core.fence import incomparable_prefix
 from cleanup.core.guard import ScratchLocation, resolve_prefix, session_id
-from cleanup.core.race import scratch_holding
+from cleanup.core.holding import scratch_holding
 from cleanup.deadline import Deadline
 from cleanup.exceptions import (
     NowHeldError,

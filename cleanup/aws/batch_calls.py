@@ -13,8 +13,8 @@ from typing import Any
 
 from cleanup.actions import scratch
 from cleanup.aws.coalesce import DELETE, READ, Batchmates, Coalescer, Part
+from cleanup.aws.live_items import BATCH_KEYS, client_keys, read_live_items
 from cleanup.core.fence import LiveRead
-from cleanup.core.race import BATCH_KEYS, client_keys, read_live_items
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError
 from cleanup.runtime import Runtime

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cleanup.actions import grant, registry, scratch
+from cleanup.aws.live_items import BATCH_KEYS
 from cleanup.aws.retry import call_with_retry
 from cleanup.core.action_api import ActionKind, Gate, Orphan
 from cleanup.core.fence import Fence, Reader
-from cleanup.core.race import BATCH_KEYS
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError, NowHeldError
 from cleanup.operations import leaks, liveness

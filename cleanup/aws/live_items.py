@@ -1,38 +1,24 @@
-"""The reconnect race: a session deleted and then recreated under the same key must keep its live resources.
+"""Reading the live items of the session table: the item now stored under each deleted session's key, in one
+consistent BatchGetItem for many records (``read_live_items``), decoded as the session it holds.
 
-Before acting, the worker reads the item that now has the deleted item's key (a consistent read, batched with the
-reads of the other records cleaned at the same moment: ``read_live_items``). The read goes to this region's table;
-on a global table it is strongly consistent only with the writes made in this region, which is why there a session
-is cleaned only in the region that owns it (``cleanup.core.region``, GLOBAL_TABLE). Whatever the live item still holds
-is left alone: the same connection (and its room memberships in the registry), the same grant, and scratch data whose
-location overlaps the old prefix at all.
-
-The live item's ``scratchPrefix`` is compared by where it points, never by how it is spelled, and without the guard's
-rules: the guard decides what the worker may delete, while here the question is what the live session may still be
-using, which the guard's verdict on its prefix does not answer. Every plausible reading of the live prefix is taken
-(as written, percent-decoded, with backslashes as ``/``, with ``.`` and ``..`` segments resolved), and the old prefix
-is kept if any of them overlaps it, in either direction. A live prefix that names no S3 location at all (another URL
-scheme, an ``s3://`` URI without a bucket) cannot be compared: the old prefix is then kept too, and the step fails
-permanently, naming both, so that a person decides. A live session's data is never deleted on a guess.
+The fence (``cleanup.core.fence``) is handed these readings: it never reads by itself. The read goes to this region's
+table; on a global table it is strongly consistent only with the writes made in this region, which is why there a
+session is cleaned only in the region that owns it (``cleanup.core.region``, GLOBAL_TABLE).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import posixpath
 import random
 import time
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Part
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
-from cleanup.core.action_api import Holding as Holding  # the race rule's verdict, defined by the action API
-from cleanup.core.guard import ScratchLocation
 from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
 from schemas.attributes import AttributeDecodeError, decode_image
@@ -203,44 +189,3 @@ def client_keys(keys: dict[str, Any]) -> dict[str, Any]:
             value = {"B": base64.b64decode(value["B"])}
         converted[name] = value
     return converted
-
-
-def scratch_holding(old: ScratchLocation, live_prefix: str, bucket: str) -> Holding:
-    """Whether a live ``scratchPrefix`` may overlap ``old``, under any reading of it."""
-    readings = live_readings(live_prefix, bucket)
-    if readings is None:
-        return Holding.UNKNOWN
-    return Holding.HELD if any(overlaps(old, reading) for reading in readings) else Holding.FREE
-
-
-def live_readings(prefix: str, bucket: str) -> set[ScratchLocation] | None:
-    """Every location a live item's ``scratchPrefix`` may mean, or None when it names no S3 location at all."""
-    if prefix.startswith("s3://"):
-        bucket, _, key = prefix[len("s3://") :].partition("/")
-        if not bucket:
-            return None
-    elif "://" in prefix or prefix.startswith("arn:"):
-        return None
-    else:
-        key = prefix
-    keys = {key, unquote(key), key.replace("\\", "/")}
-    keys |= {_resolved(text) for text in keys}
-    keys |= {text.lstrip("/") for text in keys}
-    return {ScratchLocation(bucket.lower(), text) for text in keys}
-
-
-def overlaps(a: ScratchLocation, b: ScratchLocation) -> bool:
-    """Whether some key lies under both prefixes: same bucket, and one prefix starts with the other."""
-    if a.bucket.lower() != b.bucket.lower():
-        return False
-    return a.prefix.startswith(b.prefix) or b.prefix.startswith(a.prefix)
-
-
-def _resolved(key: str) -> str:
-    """``key`` with ``.``, ``..`` and empty segments resolved, as a path-minded writer may have meant it."""
-    if not key:
-        return key
-    resolved = posixpath.normpath(key)
-    if resolved == ".":
-        return ""
-    return resolved + "/" if key.endswith("/") and not resolved.endswith("/") else resolved
