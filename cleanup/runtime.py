@@ -11,11 +11,13 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
+from cleanup.actions.batch_calls import BatchCalls
 from cleanup.actions.loading import BUILT_IN, instances, load_kinds
 from cleanup.aws import permits
 from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
 from cleanup.aws.clients import Clients
+from cleanup.aws.coalesce import Batchmates
 from cleanup.core.action_api import ActionKind, ClientSender, ReadOnlyClients
 from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
@@ -194,6 +196,14 @@ class Runtime:
             if self._plugins is None:
                 self._plugins = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="cleanup-kind")
             return self._plugins
+
+    def built_in(self, kind: ActionKind) -> bool:
+        """Whether ``kind`` is one the worker ships (it gets this runtime; any other gets ``plugin_host``)."""
+        return BUILT_IN.get(kind.name) is type(kind)
+
+    def batch_calls(self, mates: Batchmates | None = None) -> BatchCalls:
+        """The shared requests of one batch whose worker threads are ``mates`` (None: one record's)."""
+        return BatchCalls(self, mates)
 
     @property
     def plugin_host(self) -> PluginHost:

@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 
 from cleanup.actions import loading
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError, NowHeldError
 from cleanup.operations.redrive import redrive
 from cleanup.queues.backlog import backlog_body
 from cleanup.queues.deadletter import message_body
 from cleanup.queues.integrity import seal
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status
 from schemas.records import StreamRecord, read_lambda_event, read_record
 from schemas.session import Session

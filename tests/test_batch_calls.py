@@ -17,9 +17,9 @@ from botocore.awsrequest import AWSResponse
 from cleanup.actions import scratch
 from cleanup.aws.coalesce import READ, SEND_BY_SECONDS, Batchmates, Coalescer, Part
 from cleanup.core.guard import ScratchLocation
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, UnsafePrefixError
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import RawBody

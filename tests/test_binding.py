@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cleanup.application_contract import create_session
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionResult, ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack, client, to_av

@@ -11,8 +11,8 @@ from botocore.awsrequest import AWSResponse
 
 from cleanup.aws.clients import MANAGEMENT_CLIENTS, Clients
 from cleanup.core.guard import callback_endpoint, execute_api_region
-from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import RefusedEndpointError
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from schemas.settings import Settings

@@ -10,9 +10,9 @@ import pytest
 from botocore.config import Config
 
 from cleanup.actions.connection import close_connection
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, TransientError
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.faults import Faults

@@ -8,7 +8,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import Status
 from schemas.records import read_lambda_event
 from schemas.settings import Settings, configuration_problems

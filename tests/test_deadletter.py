@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.queues.deadletter import SQS_BATCH_BYTES, Letter, batches, dead_letter, message_size
 from cleanup.queues.integrity import seal
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from schemas.records import read_lambda_event
 from tests.faults import Faults

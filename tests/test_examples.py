@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.stack import EXAMPLES, Stack, overrides, source_template
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import Status
 from schemas.records import read_lambda_event
 from schemas.settings import Settings

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleanup.actions import loading
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import LOGGER_NAME, Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Outcome, Status

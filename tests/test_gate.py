@@ -21,8 +21,8 @@ from cleanup.actions import loading
 from cleanup.aws import coalesce, permits
 from cleanup.aws.calls import call
 from cleanup.core.guard import callback_endpoint
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Outcome, Status
 from schemas.records import read_lambda_event
 from tests.action_rows import PartitionRows, Swallowing

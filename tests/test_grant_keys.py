@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from cleanup.core.guard import grant_key
-from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import MissingConfigError, RefusedKeyError
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from schemas.settings import Settings, configuration_problems

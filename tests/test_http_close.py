@@ -12,8 +12,8 @@ from typing import ClassVar
 import botocore.session
 import pytest
 
-from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import ConfigurationError
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionResult, ActionStatus, Outcome
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

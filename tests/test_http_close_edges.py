@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.records import read_lambda_event
 from tests import close_endpoint

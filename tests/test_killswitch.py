@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
 from cleanup.killswitch import Mode
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from cleanup.streams.poller import StreamPoller
 from schemas.outcomes import Status

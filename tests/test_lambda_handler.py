@@ -8,7 +8,7 @@ import boto3
 import pytest
 
 from cleanup.actions import scratch
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Reason, Status
 from schemas.records import read_lambda_event
 from tests.faults import Faults

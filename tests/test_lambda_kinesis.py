@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import Reason, Status
 from schemas.records import RecordError, Source, parse_record, read_lambda_event
 from tests.kcl_daemon import KinesisShard, kinesis_payload, lambda_kinesis_event

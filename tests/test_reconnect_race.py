@@ -6,7 +6,7 @@ import pytest
 
 from cleanup.core.guard import ScratchLocation
 from cleanup.core.holding import Holding, scratch_holding
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import ActionStatus, Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

@@ -19,7 +19,7 @@ import botocore.session
 import pytest
 
 from cleanup.aws.clients import Clients
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import Status

@@ -17,9 +17,9 @@ import pytest
 
 from cleanup.actions import registry
 from cleanup.aws.clients import Clients
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import OutOfTimeError
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink
 from schemas.outcomes import ActionStatus, Status

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cleanup.actions.scratch import xml_safe
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

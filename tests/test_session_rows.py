@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from schemas.outcomes import Status
 from schemas.records import read_lambda_event
 from tests.stack import SessionStack

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from cleanup.aws.clients import Clients
-from cleanup.core.pipeline import run_batch
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.outcomes import ActionResult, ActionStatus, Outcome, Status

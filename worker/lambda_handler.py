@@ -28,10 +28,11 @@ import logging
 import time
 from typing import Any
 
-from cleanup.core.pipeline import Incoming, run_batch
+from cleanup.core.pipeline import Incoming
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PausedError
 from cleanup.killswitch import Mode, settings_for
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime, WarmRuntime
 from schemas.outcomes import Outcome
 from schemas.records import Source, StreamRecord, UnreadableRecord, read_lambda_event, stream_table

@@ -23,9 +23,9 @@ from typing import IO, Any
 
 from cleanup.aws.calls import call_or_gone
 from cleanup.core.classify import item_key
-from cleanup.core.pipeline import run_batch
 from cleanup.exceptions import CleanupError, SourceFileError
 from cleanup.operations.sources import Entry, FileReader, FileRecord, Rejected
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime, require_session_table
 from schemas.outcomes import Outcome, Status
 from schemas.records import StreamRecord

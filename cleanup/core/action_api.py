@@ -337,7 +337,7 @@ class Guard(Protocol):
 
 
 class Shared(Protocol):
-    """The batch's shared calls (``cleanup.aws.batch_calls.BatchCalls``)."""
+    """The batch's shared calls (``cleanup.actions.batch_calls.BatchCalls``)."""
 
     def deleter(self, bucket: str) -> Coalescer[Any, int]: ...
     def head(self, stage: str | None) -> None: ...

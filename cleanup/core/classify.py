@@ -23,7 +23,7 @@ from schemas.session import Session, SessionItemError, SessionShape
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
-    from cleanup.runtime import Runtime
+    from cleanup.core.process import Configured
 
 NO_OLD_IMAGE = (
     "REMOVE record has no OldImage (stream view type {view}): there is nothing to clean up from. "
@@ -57,7 +57,7 @@ def _key_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def classify_here(record: StreamRecord, runtime: Runtime) -> Decision:
+def classify_here(record: StreamRecord, runtime: Configured) -> Decision:
     """``classify`` with the runtime's settings and, with GLOBAL_TABLE, the region it cleans for.
 
     Raises:

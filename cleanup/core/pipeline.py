@@ -1,34 +1,31 @@
-"""The one core every entry point uses: ``outcomes = run_batch(records, runtime, deadline)``.
+"""The one core every entry point uses: ``outcomes = process_batch(records, runtime, deadline)``.
 
-``run_batch`` is the entry: it cleans the batch (``process_batch``), sends what must go to the dead-letter queue, and
-logs and counts every outcome. ``process_batch`` only cleans: decode (the adapter) -> classify -> plan and act
-(``cleanup.core.plan.clean_session``) -> outcome, per record, records concurrently on a bounded I/O pool. Each stage
-is handed the record and returns; none calls back into the pipeline. Records of the same item key keep their stream
-order: they run one after another on one worker, and once one of them fails the later ones are not executed and are
-reported failed too, so a retry replays them in order.
+``cleanup.queues.reporting.run_batch`` is the entry: it cleans the batch (``process_batch``), then sends what must go
+to the dead-letter queue and the backlog, and logs and counts every outcome. ``process_batch`` only cleans: decode
+(the adapter) -> classify -> plan and act (``cleanup.core.plan.clean_session``) -> outcome, per record, records
+concurrently on a bounded I/O pool. Each stage is handed the record and returns; none calls back into the pipeline.
+Records of the same item key keep their stream order: they run one after another on one worker, and once one of them
+fails the later ones are not executed and are reported failed too, so a retry replays them in order.
 
 Every destructive call of a record goes through its ``Fence`` (``cleanup.core.fence``): a fresh read of the live item in
 SESSION_TABLE, positively understood, or the resource is kept. Those reads and the scratch deletions of the records
-being cleaned at the same moment go in shared requests (``cleanup.aws.batch_calls``: BatchGetItem, and DeleteObjects
+being cleaned at the same moment go in shared requests (``cleanup.actions.batch_calls``: BatchGetItem, and DeleteObjects
 of several sessions' keys), each record answered for its own part.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
-from cleanup.aws.batch_calls import BatchCalls
 from cleanup.aws.coalesce import READ, Batchmates
 from cleanup.core.classify import Decision, classify, classify_here, item_key
 from cleanup.core.fence import Reader
 from cleanup.core.plan import clean_session
-from cleanup.deadline import ANSWER_MARGIN_SECONDS, SAFETY_MARGIN_SECONDS, Deadline
+from cleanup.core.process import Calls, Process
+from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError, PermanentError
-from cleanup.queues.backlog import defer
-from cleanup.queues.deadletter import dead_letter
-from cleanup.runtime import Runtime
-from cleanup.telemetry import log, log_outcomes
+from cleanup.telemetry import log
 from schemas.outcomes import ActionResult, Outcome, Status
 from schemas.records import StreamRecord, UnreadableRecord
 from schemas.settings import CleanupMode
@@ -36,47 +33,7 @@ from schemas.settings import CleanupMode
 Incoming = StreamRecord | UnreadableRecord
 
 
-def run_batch(
-    records: Sequence[Incoming],
-    runtime: Runtime,
-    deadline: Deadline | None = None,
-    *,
-    attempts: Mapping[str, int] | None = None,
-    give_up: Callable[[Outcome], bool] | None = None,
-    backlog: bool = True,
-    held: str | None = None,
-) -> list[Outcome]:
-    """Process a batch, dead-letter its permanent failures, and log and count every outcome.
-
-    Args:
-        records: the batch, in stream order.
-        runtime: the process's runtime.
-        deadline: when the batch must be answered by.
-        attempts: how many times each record has now been tried (in its dead-letter message; once when not given).
-        give_up: for consumers that retry in place (``cleanup.core.retry_in_place``): which failed records to
-            dead-letter now, permanent or not. Without it (Lambda, whose own retries come later) every permanent
-            failure, at once.
-        backlog: whether transient failures go to BACKLOG_QUEUE_URL (when set); False for the backlog's own drain.
-        held: why nothing may be cleaned now (the kill switch's pause): every session record then fails, untouched,
-            and goes to the backlog with all its actions left; the others are skipped as always.
-    """
-    deadline = deadline or Deadline()
-    outcomes = process_batch(records, runtime, deadline) if held is None else _held(records, runtime, held)
-    due = None if give_up is None else {o.sequence_number for o in outcomes if o.failed and give_up(o)}
-    # Reporting may use the margin the deadline keeps before the invocation's end, but for the time to answer.
-    reporting = deadline.extended(SAFETY_MARGIN_SECONDS - ANSWER_MARGIN_SECONDS)
-    outcomes = dead_letter(outcomes, records, runtime, only=due, attempts=attempts, deadline=reporting)
-    # The backlog hook: what could only wait (a quota, time) leaves the stream for the backlog queue, with its
-    # actions left (cleanup.queues.backlog); records given up on above are dead-lettered, not deferred.
-    if backlog:
-        outcomes = defer(outcomes, records, runtime, deadline=reporting)
-    log_outcomes(outcomes)
-    runtime.metrics.record_outcomes(outcomes)
-    runtime.metrics.flush()
-    return outcomes
-
-
-def _held(records: Sequence[Incoming], runtime: Runtime, why: str) -> list[Outcome]:
+def paused(records: Sequence[Incoming], runtime: Process, why: str) -> list[Outcome]:
     """Outcomes of records that must not be cleaned now: a session's record fails (transient), with nothing done."""
     outcomes = []
     for record in records:
@@ -95,7 +52,7 @@ def _held(records: Sequence[Incoming], runtime: Runtime, why: str) -> list[Outco
     return outcomes
 
 
-def process_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadline | None = None) -> list[Outcome]:
+def process_batch(records: Sequence[Incoming], runtime: Process, deadline: Deadline | None = None) -> list[Outcome]:
     """One outcome per record, in the records' order."""
     deadline = deadline or Deadline()
     groups: dict[str, list[int]] = {}
@@ -105,7 +62,7 @@ def process_batch(records: Sequence[Incoming], runtime: Runtime, deadline: Deadl
     outcomes: list[Outcome | None] = [None] * len(records)
     queue = deque(groups.values())
     workers = min(len(queue), runtime.settings.max_concurrency)
-    calls = BatchCalls(runtime, Batchmates(workers))
+    calls = runtime.batch_calls(Batchmates(workers))
 
     def work() -> None:
         # Each worker takes the next item's records until none are left: one thread per item at a time, in order.
@@ -129,9 +86,9 @@ def _run_group(
     records: Sequence[Incoming],
     indexes: list[int],
     outcomes: list[Outcome | None],
-    runtime: Runtime,
+    runtime: Process,
     deadline: Deadline,
-    calls: BatchCalls,
+    calls: Calls,
 ) -> None:
     """The records of one item, in stream order; once one fails, the later ones are reported, not executed."""
     blocker: Outcome | None = None
@@ -147,12 +104,12 @@ def _run_group(
             blocker = outcome
 
 
-def process_record(record: Incoming, runtime: Runtime, deadline: Deadline, calls: BatchCalls | None = None) -> Outcome:
+def process_record(record: Incoming, runtime: Process, deadline: Deadline, calls: Calls | None = None) -> Outcome:
     """Clean one record's session. Any error becomes a failed outcome: this is the per-record boundary."""
     if isinstance(record, UnreadableRecord):
         return Outcome(sequence_number=record.sequence_number, status=Status.FAILED, error=record.error, permanent=True)
     try:
-        return _clean(record, runtime, deadline, calls or BatchCalls(runtime))
+        return _clean(record, runtime, deadline, calls or runtime.batch_calls())
     except CleanupError as exc:
         return _failure(record, str(exc), permanent=isinstance(exc, PermanentError))
     except Exception as exc:  # a bug must not lose the record: report it, and dead-letter it
@@ -160,7 +117,7 @@ def process_record(record: Incoming, runtime: Runtime, deadline: Deadline, calls
         return _failure(record, f"internal error: {type(exc).__name__}: {exc}", permanent=True)
 
 
-def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: BatchCalls) -> Outcome:
+def _clean(record: StreamRecord, runtime: Process, deadline: Deadline, calls: Calls) -> Outcome:
     decision = classify_here(record, runtime)
     if decision.session is None:
         if decision.elsewhere is not None:  # a worker per region of a global table: that region cleans it
@@ -185,7 +142,7 @@ def _clean(record: StreamRecord, runtime: Runtime, deadline: Deadline, calls: Ba
     )
 
 
-def _reader(record: StreamRecord, runtime: Runtime, calls: BatchCalls) -> Reader | None:
+def _reader(record: StreamRecord, runtime: Process, calls: Calls) -> Reader | None:
     """The fence's reader of the live item under ``record``'s key, in SESSION_TABLE (None: RACE_CHECK=false)."""
     if not runtime.settings.race_check:
         return None

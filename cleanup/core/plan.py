@@ -9,50 +9,41 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cleanup.actions.loading import BUILT_IN
 from cleanup.aws.retry import call_with_retry
-from cleanup.core.action_api import ActionKind, Context, Holding, Run, Step
+from cleanup.core.action_api import Context, Holding, Run, Step
 from cleanup.core.fence import Fence, Reader, Reading
+from cleanup.core.process import Calls, Process
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, NowHeldError, PermanentError, TransientError
-from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import ActionResult, ActionStatus
 from schemas.session import Session
-
-if TYPE_CHECKING:
-    from cleanup.aws.batch_calls import BatchCalls
 
 __all__ = ["Run", "Step", "act", "clean_session", "execute", "plan"]
 
 SUCCESS = (ActionStatus.DONE, ActionStatus.ALREADY_DONE)
 
 
-def built_in(kind: ActionKind) -> bool:
-    """Whether ``kind`` is one the worker ships (it gets the runtime itself; any other gets ``Runtime.plugin_host``)."""
-    return BUILT_IN.get(kind.name) is type(kind)
-
-
-def plan(session: Session, runtime: Runtime, fence: Fence, calls: BatchCalls | None = None) -> list[Step]:
+def plan(session: Session, runtime: Process, fence: Fence, calls: Calls | None = None) -> list[Step]:
     """The steps that free ``session``'s resources, each enabled action kind's in ACTIONS's order (by default: close
     its socket, retire its grant, delete its scratch data, and, with a registry, remove its connection's room
     memberships).
 
     Every freeing call of every step goes through ``fence`` (``cleanup.core.fence``). With ``calls``, scratch pages
     are deleted together with those of the batch's other records. A kind that is not built in plans with read-only
-    clients (``Runtime.plugin_host``): it frees through its gates.
+    clients (``Process.plugin_host``): it frees through its gates.
     """
     steps: list[Step] = []
     for kind in runtime.kinds:
-        host = runtime if built_in(kind) else runtime.plugin_host
+        host = runtime if runtime.built_in(kind) else runtime.plugin_host
         steps.extend(kind.plan(session, Context(host, fence, calls, runtime.sender)))
     return steps
 
 
 def clean_session(
-    session: Session, read: Reader | None, runtime: Runtime, deadline: Deadline, calls: BatchCalls, dry_run: bool
+    session: Session, read: Reader | None, runtime: Process, deadline: Deadline, calls: Calls, dry_run: bool
 ) -> tuple[tuple[ActionResult, ...], str | None]:
     """Free ``session``'s resources behind a fence reading the live item with ``read`` (None: RACE_CHECK=false).
 
@@ -65,7 +56,7 @@ def clean_session(
     return tuple(done[id(step)] for step in steps), fence.stopped
 
 
-def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool = False) -> ActionResult:
+def execute(step: Step, runtime: Process, deadline: Deadline, fence: Fence, *, dry_run: bool = False) -> ActionResult:
     """Carry out ``step`` with retries; never raises, it returns a failed result.
 
     Its freeing calls go through ``fence``, which keeps what the live item under the same key holds (the step is then
@@ -103,7 +94,7 @@ def execute(step: Step, runtime: Runtime, deadline: Deadline, fence: Fence, *, d
 
 
 def _judged(
-    step: Step, run: Run, runtime: Runtime, deadline: Deadline, fence: Fence
+    step: Step, run: Run, runtime: Process, deadline: Deadline, fence: Fence
 ) -> tuple[ActionStatus, dict[str, Any]]:
     """One try of ``step``, judged by what its gates saw.
 
@@ -124,11 +115,11 @@ def _judged(
 
 
 def _bounded(
-    step: Step, run: Run, runtime: Runtime, deadline: Deadline, fence: Fence
+    step: Step, run: Run, runtime: Process, deadline: Deadline, fence: Fence
 ) -> tuple[ActionStatus, dict[str, Any]]:
     """``run(deadline)``; a kind that is not built in runs on its own pool, and one still running at its bound is
     reported (transient) instead of waited for, its gates closed so that it frees nothing more."""
-    if built_in(step.kind):
+    if runtime.built_in(step.kind):
         return run(deadline)
     future = runtime.plugin_executor.submit(run, deadline)
     try:
@@ -140,7 +131,7 @@ def _bounded(
         raise TransientError(why) from None
 
 
-def step_bound(runtime: Runtime, deadline: Deadline) -> float:
+def step_bound(runtime: Process, deadline: Deadline) -> float:
     """How long the host waits for a step: until the record's deadline, or, where there is none, CALL_WAIT_SECONDS
     for each of its tries."""
     if deadline.at is not None:
@@ -149,14 +140,14 @@ def step_bound(runtime: Runtime, deadline: Deadline) -> float:
 
 
 def act(
-    steps: list[Step], runtime: Runtime, deadline: Deadline, fence: Fence, *, dry_run: bool
+    steps: list[Step], runtime: Process, deadline: Deadline, fence: Fence, *, dry_run: bool
 ) -> dict[int, ActionResult]:
     """Each step's result, by ``id(step)``.
 
     Steps go by their kind's ``phase``. The scratch data goes first (a user back while the grant is retired,
     seconds under a KMS quota, finds a re-created session's data whole), each page on a read of its own. Then the
     ``together`` kinds, the socket and the grant, are freed together on one read, the grant beside the socket
-    (``Runtime.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
+    (``Process.side_executor``), as the fence allows for calls issued together; then the memberships and the rest.
     Whatever follows a destructive call, or retries a step, reads again. A step beside another still running at the
     record's bound is reported (transient), not waited for. A dry run plans the steps one after another.
     """
@@ -188,7 +179,7 @@ def act(
 
 
 def _waited(
-    future: Future[ActionResult], step: Step, runtime: Runtime, deadline: Deadline, fence: Fence
+    future: Future[ActionResult], step: Step, runtime: Process, deadline: Deadline, fence: Fence
 ) -> ActionResult:
     try:
         return future.result(timeout=step_bound(runtime, deadline))
@@ -210,7 +201,7 @@ def _verdict(step: Step, fence: Fence, deadline: Deadline) -> Holding:
     return held
 
 
-def _retried(runtime: Runtime, step: Step, fence: Fence) -> Callable[[BaseException], None]:
+def _retried(runtime: Process, step: Step, fence: Fence) -> Callable[[BaseException], None]:
     def on_retry(exc: BaseException) -> None:
         fence.stale()  # a retried step reads the live item again before its next destructive call
         runtime.metrics.count("Retries", "Action", step.action)

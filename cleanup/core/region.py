@@ -34,10 +34,10 @@ from schemas.session import Session
 from schemas.settings import KMS_KEY_ARN, REGION_NAME, Settings
 
 if TYPE_CHECKING:
-    from cleanup.runtime import Runtime
+    from cleanup.core.process import Configured
 
 
-def here(runtime: Runtime) -> str | None:
+def here(runtime: Configured) -> str | None:
     """The region this worker cleans for (its clients' region) with GLOBAL_TABLE on; None when the check is off.
 
     Raises:

@@ -30,8 +30,9 @@ from typing import Any
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
-from cleanup.core.pipeline import Incoming, run_batch
+from cleanup.core.pipeline import Incoming
 from cleanup.deadline import Deadline
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome

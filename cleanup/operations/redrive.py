@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cleanup.core.pipeline import Incoming, run_batch
+from cleanup.core.pipeline import Incoming
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
 from cleanup.operations.redrive_result import MessageResult
 from cleanup.operations.stream_ranges import BatchRange, read_kinesis_range, read_range
@@ -54,6 +54,7 @@ from cleanup.queues.claim_check import (
 from cleanup.queues.deadletter import MESSAGE_FORMAT, message_record_id
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify
+from cleanup.queues.reporting import run_batch
 from cleanup.runtime import Runtime
 from schemas.records import RecordError, Source, read_record, stream_table
 from schemas.settings import CleanupMode

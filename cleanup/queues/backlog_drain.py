@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
-from cleanup.core.pipeline import run_batch
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, IntegrityError, MessageFormatError
 from cleanup.queues.backlog import load_message, only_remaining, pace_hint, split_remaining
 from cleanup.queues.claim_check import Settled, StoredRecord, delete_stored, read_stored, settled
 from cleanup.queues.integrity import DIGEST_FIELD
 from cleanup.queues.integrity_check import refused, verify
+from cleanup.queues.reporting import run_batch
 from cleanup.queues.unconfigured import report_unknown
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status

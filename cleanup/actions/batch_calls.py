@@ -1,8 +1,9 @@
 """The requests the records of one batch share: live items read by table, scratch pages deleted by bucket.
 
-One ``BatchCalls`` per batch (``pipeline.process_batch``): its coalescers (``cleanup.aws.coalesce``) join the reads and
-deletions of the records being cleaned at the same moment into BatchGetItem and DeleteObjects calls. Clients are
-asked for only when a request is sent, so a batch of bad records makes no call at all. A DeleteObjects carries the
+One ``BatchCalls`` per batch (``cleanup.core.pipeline.process_batch`` asks the process for it): its coalescers
+(``cleanup.aws.coalesce``) join the reads and deletions of the records being cleaned at the same moment into
+BatchGetItem and DeleteObjects calls. Clients are asked for only when a request is sent, so a batch of bad records
+makes no call at all. A DeleteObjects carries the
 pages of at most ``BATCH_KEYS`` sessions: the permits of all of them are read in one BatchGetItem when it is sent.
 """
 
@@ -15,9 +16,9 @@ from cleanup.actions import scratch
 from cleanup.aws.coalesce import DELETE, READ, Batchmates, Coalescer, Part
 from cleanup.aws.live_items import BATCH_KEYS, client_keys, read_live_items
 from cleanup.core.fence import LiveRead
+from cleanup.core.process import Configured
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError
-from cleanup.runtime import Runtime
 from schemas.session import Session
 
 LiveReader = Coalescer[dict[str, Any], Session | None]
@@ -27,7 +28,7 @@ Answer = tuple[Session | None, float] | BaseException
 class BatchCalls:
     """Coalescers for one batch, made on first use."""
 
-    def __init__(self, runtime: Runtime, mates: Batchmates | None = None) -> None:
+    def __init__(self, runtime: Configured, mates: Batchmates | None = None) -> None:
         self.runtime = runtime
         self.mates = mates or Batchmates()
         self._lock = threading.Lock()
