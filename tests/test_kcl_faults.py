@@ -25,7 +25,7 @@ STEPS = [  # (owner, attribute): every step a batch, a checkpoint or a shard end
     ("cleanup.runtime.Runtime", "refresh_mode"),  # the kill switch
     ("worker.kcl", "decode"),
     ("worker.kcl", "InPlaceBatch"),  # e.g. a setting it cannot use
-    ("cleanup.core.retry_in_place", "run_batch"),  # the core
+    ("cleanup.streams.retry_in_place", "run_batch"),  # the core
     ("amazon_kclpy.kcl.Checkpointer", "checkpoint"),
     ("worker.health.MessageMarker", "mark"),
 ]

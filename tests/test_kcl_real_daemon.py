@@ -243,9 +243,9 @@ FAULT_ONCE = """
 import os
 
 if os.environ.get("FAULT_ONCE_FILE"):  # the test's fault: the core raises once, in the first processor that runs it
-    import cleanup.core.retry_in_place
+    import cleanup.streams.retry_in_place
 
-    _run_batch = cleanup.core.retry_in_place.run_batch
+    _run_batch = cleanup.streams.retry_in_place.run_batch
 
     def run_batch(*args, **kwargs):
         if not os.path.exists(os.environ["FAULT_ONCE_FILE"]):
@@ -253,7 +253,7 @@ if os.environ.get("FAULT_ONCE_FILE"):  # the test's fault: the core raises once,
             raise RuntimeError("injected fault")
         return _run_batch(*args, **kwargs)
 
-    cleanup.core.retry_in_place.run_batch = run_batch
+    cleanup.streams.retry_in_place.run_batch = run_batch
 """
 
 

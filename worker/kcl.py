@@ -13,8 +13,9 @@ Guarantees, per shard:
   before the first one still failing.
 * Failed records are retried in place with backoff: amazon_kclpy acknowledges a batch even when the processor
   raises, so the processor itself must not return before its records are clean. The core's rules apply, as in the
-  stream poller (``cleanup.core.retry_in_place``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent failure,
-  or once it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves on;
+  stream poller (``cleanup.streams.retry_in_place``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent
+  failure, or once it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves
+  on;
   with no queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt. One attempt runs
   at most SHUTDOWN_GRACE_SECONDS.
 * The give-up clock survives restarts: a record's first-try time is kept in CHECKPOINT_TABLE when it first fails
@@ -49,12 +50,12 @@ from collections.abc import Callable
 from typing import IO, Any, NoReturn
 
 from cleanup.core.pipeline import Incoming
-from cleanup.core.retry_in_place import InPlaceBatch, consumes
 from cleanup.deadline import Deadline
 from cleanup.exceptions import ConfigurationError
 from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime
 from cleanup.streams.first_failures import CLOCK, FirstFailures, GiveUpClock
+from cleanup.streams.retry_in_place import InPlaceBatch, may_move_past
 from cleanup.telemetry import log
 from schemas.records import UnreadableRecord, read_kinesis_data, record_id
 from worker.exit_codes import ExitCode
@@ -144,7 +145,7 @@ class ShardProcessor:
         self.checkpointed: tuple[str, int | None] | None = None  # the last checkpoint the daemon accepted
         self.all_clean = True  # False once a batch was left with records not clean
         self.can_checkpoint = True  # False once the lease is lost: another worker resumes from the last checkpoint
-        self.dry_run = not consumes(runtime.settings)  # checkpoints nothing: the records are delivered again
+        self.dry_run = not may_move_past(runtime.settings)  # checkpoints nothing: the records are delivered again
         # The image's health check (``cleanup-worker health --kcl``) reads the marker of the message in hand.
         self.marker = MessageMarker(runtime.settings.health_file)
         self.give_up_clock = GiveUpClock(None)
@@ -236,7 +237,7 @@ class ShardProcessor:
             time.sleep(self._slice_seconds())
         if paused:  # else the state stands (read before every attempt, it must not hide a record stuck)
             self.marker.mark(PROGRESSING, **self._waiting())
-        if not self.dry_run and not consumes(self.runtime.settings):
+        if not self.dry_run and not may_move_past(self.runtime.settings):
             self.dry_run = True
             self.give_up_clock = GiveUpClock(None)  # a dry run gives nothing up: the kept times wait for enforce
             log.warning(

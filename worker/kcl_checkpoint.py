@@ -11,7 +11,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from cleanup.core.retry_in_place import Backoff
+from cleanup.streams.retry_in_place import Backoff
 from cleanup.telemetry import log
 from schemas.records import record_id
 from schemas.settings import Settings

@@ -18,11 +18,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cleanup.core.retry_in_place import InPlaceBatch
 from cleanup.runtime import Runtime
 from cleanup.streams.losses import LossLedger
 from cleanup.streams.read_through import Position, ReadThrough
 from cleanup.streams.record_age import RecordAges
+from cleanup.streams.retry_in_place import InPlaceBatch
 from schemas.records import record_id
 
 

@@ -18,11 +18,11 @@ from typing import TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from cleanup.aws.retry import call_with_retry
-from cleanup.core.retry_in_place import Backoff, consumes
 from cleanup.deadline import Deadline
 from cleanup.exceptions import StopRequested, TransientError
 from cleanup.streams.checkpoints import Checkpoint, CheckpointStore
 from cleanup.streams.previews import PreviewPins
+from cleanup.streams.retry_in_place import Backoff, may_move_past
 from cleanup.telemetry import log
 from schemas.settings import Settings
 
@@ -53,7 +53,7 @@ class PollCheckpoints:
         self._stopping = stopping
         self._wait = wait
         self._backoff = Backoff(settings)
-        self.writes = consumes(settings)
+        self.writes = may_move_past(settings)
         """Whether checkpoints are written (never in a dry run, from CLEANUP_MODE or the kill switch)."""
 
     def persist(self, operation: str, call: Callable[[], T]) -> T:

@@ -25,9 +25,9 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from cleanup.core.retry_in_place import InPlaceBatch
 from cleanup.exceptions import CleanupError
 from cleanup.streams.checkpoint_table import ensure_table, table_call, table_call_or_gone
+from cleanup.streams.retry_in_place import InPlaceBatch
 from cleanup.telemetry import log
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cleanup.core.retry_in_place import consumes
 from cleanup.exceptions import LeaseLostError, TransientError
 from cleanup.runtime import Runtime
 from cleanup.streams.lease import Heartbeat, Lease, owner_name
 from cleanup.streams.progress import Progress
+from cleanup.streams.retry_in_place import may_move_past
 from cleanup.streams.shard_state import PollSummary
 from cleanup.telemetry import log
 
@@ -48,7 +48,7 @@ class LeasedConsumer:
         self._clock = clock
         self._stopping = threading.Event()
         self._sleep = sleep or self._stopping.wait
-        self._dry_run = not consumes(settings)
+        self._dry_run = not may_move_past(settings)
 
     def request_stop(self) -> None:
         """Stop after the batch in flight, its checkpoint written (safe from a signal handler)."""

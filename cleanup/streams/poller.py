@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cleanup.core.retry_in_place import Backoff, InPlaceBatch, consumes
 from cleanup.exceptions import StopRequested, StreamNotFoundError, TransientError
 from cleanup.killswitch import Mode
 from cleanup.runtime import Runtime
@@ -30,6 +29,7 @@ from cleanup.streams.leased import LeasedConsumer
 from cleanup.streams.previews import has_place
 from cleanup.streams.reader import list_shards, startable
 from cleanup.streams.record_age import RecordAges, created_of, waiting_since
+from cleanup.streams.retry_in_place import Backoff, InPlaceBatch, may_move_past
 from cleanup.streams.shard_losses import TRIMMED, VANISHED, ShardLosses
 from cleanup.streams.shard_state import BatchAttempts, Cursor, Pins, PollSummary, shard_reader
 from cleanup.telemetry import log
@@ -169,7 +169,7 @@ class StreamPoller(LeasedConsumer):
             else:
                 self._wait(max(self.runtime.settings.poll_interval_seconds, PAUSED_POLL_SECONDS))
             return True
-        writes = consumes(self.runtime.settings) and not self._dry_run
+        writes = may_move_past(self.runtime.settings) and not self._dry_run
         if writes != self._checkpoints.writes:
             self._checkpoints.writes = writes
             self._cursors.clear()

@@ -27,8 +27,8 @@ from cleanup.streams.first_failures import STREAM_RETENTION_SECONDS
 from cleanup.telemetry import log
 
 if TYPE_CHECKING:
-    from cleanup.core.retry_in_place import InPlaceBatch
     from cleanup.runtime import Runtime
+    from cleanup.streams.retry_in_place import InPlaceBatch
     from cleanup.streams.shard_state import Cursor
 
 METRIC = "OldestRecordAgeSeconds"

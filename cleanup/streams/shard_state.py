@@ -1,6 +1,6 @@
 """The stream poller's per-shard state, its summary, and what it does with one attempt at a shard's batch.
 
-The batch is retried in place by the core (``cleanup.core.retry_in_place``): the records not clean yet are run again,
+The batch is retried in place by the core (``cleanup.streams.retry_in_place``): the records not clean yet are run again,
 the checkpoint stops at the last record before the first of them, and a record is given up (dead-lettered) on its
 MAX_RECORD_ATTEMPTS-th permanent failure or once it has been failing for MAX_RECORD_RETRY_SECONDS. With no dead-letter
 queue a record given up holds its shard, which says so on every attempt.
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cleanup.core.retry_in_place import InPlaceBatch
 from cleanup.deadline import Deadline
 from cleanup.runtime import Runtime
 from cleanup.streams.checkpointing import PollCheckpoints
 from cleanup.streams.checkpoints import Checkpoint
 from cleanup.streams.previews import has_place
 from cleanup.streams.reader import IDLE_AFTER_EMPTY_READS, Shard, ShardReader
+from cleanup.streams.retry_in_place import InPlaceBatch
 from cleanup.telemetry import log
 from schemas.outcomes import Outcome, Status
 from schemas.settings import Settings, StartPosition

@@ -16,8 +16,8 @@ their shards, so they retry in place, and both do it here, the same way:
 * Between two attempts the shard waits ``Backoff``, but never past the moment its oldest failing record is due to be
   given up.
 * A dry run retries nothing and gives nothing up: every record is tried once, its failure reported, and the consumer
-  moves on in memory. Its adapter writes no checkpoint either (``consumes``), so an enforce run starts from the same
-  place and cleans everything.
+  moves on in memory. Its adapter writes no checkpoint either (``may_move_past``), so an enforce run starts from the
+  same place and cleans everything.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from schemas.settings import CleanupMode, Settings
 BACKOFF_MAX_SECONDS = 60.0
 
 
-def consumes(settings: Settings) -> bool:
+def may_move_past(settings: Settings) -> bool:
     """Whether a consumer may move past records for good (checkpoint, dead-letter): never in a dry run."""
     return settings.cleanup_mode is not CleanupMode.DRY_RUN
 
@@ -138,7 +138,7 @@ class InPlaceBatch:
             first_at = self._earlier.pop(record.sequence_number, started)
             self._tries.setdefault(record.sequence_number, _Tries(first_at=first_at)).count += 1
         counts = {number: tries.count for number, tries in self._tries.items()}
-        consuming = consumes(self.runtime.settings)
+        consuming = may_move_past(self.runtime.settings)
         give_up = self._given_up if consuming else _never
         outcomes = run_batch(todo, self.runtime, deadline, attempts=counts, give_up=give_up)
         failed = [o for o in outcomes if o.failed and not o.dead_lettered]
