@@ -15,9 +15,8 @@ Guarantees, per shard:
   raises, so the processor itself must not return before its records are clean. The core's rules apply, as in the
   stream poller (``cleanup.streams.retry_in_place``): a record is given up on its MAX_RECORD_ATTEMPTS-th permanent
   failure, or once it has been failing for MAX_RECORD_RETRY_SECONDS, goes to DEAD_LETTER_QUEUE_URL and the shard moves
-  on;
-  with no queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt. One attempt runs
-  at most SHUTDOWN_GRACE_SECONDS.
+  on; with no queue to take it, it holds the shard, with an error and ``RecordsStuck`` on every attempt. One attempt
+  runs at most SHUTDOWN_GRACE_SECONDS.
 * The give-up clock survives restarts: a record's first-try time is kept in CHECKPOINT_TABLE when it first fails
   (``cleanup.streams.first_failures``), and the processor that receives it again goes on from there.
 * Nothing is acknowledged uncleaned: anything raising while a message is handled, and any checkpoint refusal but a
