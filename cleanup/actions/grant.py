@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
+from cleanup.actions.binding import judge, worker_principal
 from cleanup.aws.calls import call_or_gone
 from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
-from cleanup.core.binding import judge, worker_principal
 from cleanup.core.guard import grant_key, session_id
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, TransientError, UnboundResourceError

@@ -15,7 +15,7 @@ which would delete another key (or none) and report success. The rest of the pag
 The deadline is checked between pages (and ``cleanup.aws.pacing`` bounds each call by it): out of time, the deletion
 stops with what it deleted kept, and the record is reported transient so the rest goes on its next delivery.
 
-With SESSION_BINDING, a prefix is deleted only if it is bound to its session (``cleanup.core.binding.check_bound``,
+With SESSION_BINDING, a prefix is deleted only if it is bound to its session (``cleanup.actions.binding.check_bound``,
 before anything is listed): exactly its session's folder, ``<root>[<tenant>/]<id>/`` (with ``own``, where the item's
 key names an id).
 
@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cleanup.actions.binding import check_bound
 from cleanup.actions.delete_objects import Deleter, Page, delete_pages, xml_safe
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import DELETE, READ, Part
 from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
-from cleanup.core.binding import check_bound
 from cleanup.core.fence import incomparable_prefix
 from cleanup.core.guard import ScratchLocation, resolve_prefix, session_id
 from cleanup.core.holding import scratch_holding

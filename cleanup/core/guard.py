@@ -11,7 +11,7 @@ otherwise empty the bucket, another tenant's area or another bucket, so the pref
 * be in ``SCRATCH_BUCKET``: an ``s3://`` URI naming any other bucket is refused.
 
 With SESSION_BINDING, a session's grant and prefix must also be bound to it (``session_id`` says whose they must be;
-``cleanup.core.binding`` holds the rules: a prefix must be exactly the session's folder, ``<root>[<tenant>/]<id>/``).
+``cleanup.actions.binding`` holds the rules: a prefix must be exactly the session's folder, ``<root>[<tenant>/]<id>/``).
 
 A grant's key must be ``KMS_KEY_ID`` or one of ``ALLOWED_KMS_KEY_IDS``: RetireGrant is authorised by the grant (its
 retiring principal), not by IAM, so nothing else stops an item from naming another key's grant that also lists this

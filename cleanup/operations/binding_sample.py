@@ -3,7 +3,7 @@
 One Scan page of the session table (``SCAN_LIMIT`` items, read-only) gives up to ``SAMPLE`` session items (by
 SESSION_KEY_PREFIX and SESSION_SORT_KEY, as the worker tells them). Each one's grant is listed once (ListGrants by key
 and grant id) and its scratch prefix resolved by the guard; each is then judged under every setting exactly as the
-worker judges it (``cleanup.core.binding``). The check fails when the setting in force would keep some of them, and
+worker judges it (``cleanup.actions.binding``). The check fails when the setting in force would keep some of them, and
 names the setting that frees them; it passes and says so when a stricter one would fit too. Resources the guard
 refuses anyway (another bucket, a key not allowed) and grants already gone are left out: the binding does not decide
 them.
@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from cleanup.actions.binding import check_bound, judge, worker_principal
 from cleanup.actions.grant import listed
 from cleanup.aws.calls import call_or_gone
 from cleanup.aws.clients import Clients
-from cleanup.core.binding import check_bound, judge, worker_principal
 from cleanup.core.classify import not_a_session_key
 from cleanup.core.guard import grant_key, resolve_prefix, session_id
 from cleanup.deadline import Deadline
