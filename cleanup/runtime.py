@@ -24,7 +24,7 @@ from cleanup.exceptions import ConfigurationError
 from cleanup.killswitch import KillSwitch, Mode, settings_for
 from cleanup.telemetry import Metrics, MetricsSink, configure_logging, log
 from schemas.session import SessionShape
-from schemas.settings import ActionSettings, CleanupMode, Settings, Versioning, configuration_problems
+from schemas.settings import CleanupMode, Settings, Versioning, configuration_problems
 
 T = TypeVar("T")
 
@@ -108,7 +108,7 @@ class Runtime:
         Raises:
             ConfigurationError: ACTIONS names a kind that is unknown or refused (one line).
         """
-        self.kind_classes = tuple(kinds) if kinds is not None else load_kinds(ActionSettings().actions)
+        self.kind_classes = tuple(kinds) if kinds is not None else load_kinds(",".join(settings.actions))
         self._kinds: tuple[Settings, tuple[ActionKind, ...]] | None = None
         instances(self.kind_classes, settings)  # their attributes, as ATTR_* spells them, checked now
         self.settings = settings

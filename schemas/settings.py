@@ -8,12 +8,13 @@ chain itself.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import ClassVar
+from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
 METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
@@ -26,6 +27,11 @@ REGION_NAME = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
 # A session's grant is created before its item is written: reconcile must not take a session being created (grant,
 # no item yet) for a gone one. A create takes seconds, a minute or two with retries; the floor is well above that.
 RECONCILE_GRACE_FLOOR_SECONDS = 900
+# An action kind's name, as ACTIONS lists it.
+ACTION_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+Names = Annotated[tuple[str, ...], NoDecode]
+"""A comma-separated list in the environment (``a, b``), in its order; blanks around items and empty items dropped."""
 
 
 class CleanupMode(StrEnum):
@@ -111,85 +117,6 @@ class AttributeNames(BaseSettings):
         return (self.connection_id, self.scratch_prefix, self.grant_id)
 
 
-class ActionSettings(BaseSettings):
-    """Which action kinds run (read apart from ``Settings``: its names are checked when the runtime starts, against
-    the installed kinds, by ``cleanup.actions.loading``)."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore")
-
-    actions: str = "connection,grant,scratch,registry"
-    """ACTIONS: the action kinds to run, comma-separated, in order: the built-ins, and any installed through the
-    ``session_cleanup.actions`` entry points. An unknown name is refused at start."""
-
-    @field_validator("actions")
-    @classmethod
-    def _names(cls, value: str) -> str:
-        names = [name.strip() for name in value.split(",")]
-        if not all(re.fullmatch(r"[a-z][a-z0-9_-]{0,63}", name) for name in names):
-            raise ValueError(f"expected comma-separated action names, got {value[:200]!r}")
-        return ",".join(names)
-
-
-class HttpCloseSettings(BaseSettings):
-    """The ``http-close`` action's settings: the application's own gateway, where a session's socket is closed."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore")
-
-    close_url: str | None = None
-    """CLOSE_URL: the URL that closes a connection, a template with ``{connectionId}`` (HTTPS, or HTTP on loopback)."""
-    close_method: str = "DELETE"
-    """CLOSE_METHOD: the HTTP method of the close call."""
-    allowed_close_hosts: str = ""
-    """ALLOWED_CLOSE_HOSTS: comma-separated hosts CLOSE_URL may name; any other is refused."""
-    close_sigv4_service: str | None = None
-    """CLOSE_SIGV4_SERVICE: sign the close call with SigV4 for this service (``execute-api`` for an API Gateway,
-    ``lambda`` for a Lambda function URL), with the worker's credentials and region; unset: unsigned."""
-    close_gone_statuses: str = "410"
-    """CLOSE_GONE_STATUSES: comma-separated HTTP statuses the gateway answers a close with for a connection that is
-    already closed (``already-done``); any other answer but a 2xx is a failure. 4xx only, not 429 (a 404 is what a
-    wrong path answers too: list it only if the gateway answers it for a closed connection, which ``check`` tries)."""
-    close_id_pattern: str = r"[A-Za-z0-9._~:=+/-]{1,256}"
-    """CLOSE_ID_PATTERN: a regular expression the whole connection id must match (after CONNECTION_ID_PATTERN) to be
-    sent; an id that does not, and an empty, ``.`` or ``..`` id, fails its record (permanent) and is never sent."""
-
-    @field_validator("close_url")
-    @classmethod
-    def _template(cls, value: str | None) -> str | None:
-        if value is not None and "{connectionId}" not in value:
-            raise ValueError(f"expected a URL template with {{connectionId}}, got {value[:200]!r}")
-        return value
-
-    @field_validator("close_method")
-    @classmethod
-    def _method(cls, value: str) -> str:
-        if value.upper() not in ("DELETE", "POST", "PUT", "GET"):
-            raise ValueError(f"expected DELETE, POST, PUT or GET, got {value[:20]!r}")
-        return value.upper()
-
-    @field_validator("close_gone_statuses")
-    @classmethod
-    def _gone(cls, value: str) -> str:
-        statuses = [status.strip() for status in value.split(",") if status.strip()]
-        bad = [status for status in statuses if not (status.isdigit() and 400 <= int(status) < 500 and status != "429")]
-        if not statuses or bad:
-            raise ValueError(f"expected comma-separated 4xx statuses other than 429 (e.g. 410), got {value[:60]!r}")
-        return ",".join(statuses)
-
-    @field_validator("close_id_pattern")
-    @classmethod
-    def _id_pattern(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"CLOSE_ID_PATTERN is not a regular expression ({exc}): {value[:200]!r}") from exc
-        return value
-
-    @property
-    def gone(self) -> frozenset[int]:
-        """CLOSE_GONE_STATUSES, as numbers."""
-        return frozenset(int(status) for status in self.close_gone_statuses.split(","))
-
-
 class Settings(BaseSettings):
     """Everything the worker is configured with. Field docs give the environment variable in capitals."""
 
@@ -209,7 +136,7 @@ class Settings(BaseSettings):
     """SCRATCH_VERSIONING: ``auto`` asks GetBucketVersioning once per process."""
     ws_callback_url: str | None = None
     """WS_CALLBACK_URL: API Gateway management endpoint, used when the item has no callbackUrl."""
-    allowed_callback_urls: str = ""
+    allowed_callback_urls: Names = ()
     """ALLOWED_CALLBACK_URLS: comma-separated endpoints an item's callbackUrl may name besides WS_CALLBACK_URL (another
     ``https://{api-id}.execute-api.{region}.amazonaws.com/{stage}``, a custom domain); any other is refused."""
     connection_id_pattern: str | None = None
@@ -219,7 +146,7 @@ class Settings(BaseSettings):
     id."""
     kms_key_id: str | None = None
     """KMS_KEY_ID: the grants' key (its ARN), used when the item has no kmsKeyId."""
-    allowed_kms_key_ids: str = ""
+    allowed_kms_key_ids: Names = ()
     """ALLOWED_KMS_KEY_IDS: comma-separated key ARNs an item's kmsKeyId may name besides KMS_KEY_ID; a grant on any
     other key is kept (RetireGrant is authorised by the grant, so IAM cannot limit the keys: this list does)."""
     session_table: str | None = None
@@ -255,6 +182,27 @@ class Settings(BaseSettings):
     registry_connection_index: str = "byConnection"
     """REGISTRY_CONNECTION_INDEX: the registry's global secondary index keyed on the connection id."""
 
+    # Which action kinds run, and the http-close action's own.
+    actions: Annotated[tuple[str, ...], NoDecode] = ("connection", "grant", "scratch", "registry")
+    """ACTIONS: the action kinds to run, comma-separated, in order: the built-ins, and any installed through the
+    ``session_cleanup.actions`` entry points. An unknown name is refused at start."""
+    close_url: str | None = None
+    """CLOSE_URL: the URL that closes a connection, a template with ``{connectionId}`` (HTTPS, or HTTP on loopback)."""
+    close_method: str = "DELETE"
+    """CLOSE_METHOD: the HTTP method of the close call."""
+    allowed_close_hosts: Names = ()
+    """ALLOWED_CLOSE_HOSTS: comma-separated hosts CLOSE_URL may name; any other is refused."""
+    close_sigv4_service: str | None = None
+    """CLOSE_SIGV4_SERVICE: sign the close call with SigV4 for this service (``execute-api`` for an API Gateway,
+    ``lambda`` for a Lambda function URL), with the worker's credentials and region; unset: unsigned."""
+    close_gone_statuses: Annotated[frozenset[int], NoDecode] = frozenset({410})
+    """CLOSE_GONE_STATUSES: comma-separated HTTP statuses the gateway answers a close with for a connection that is
+    already closed (``already-done``); any other answer but a 2xx is a failure. 4xx only, not 429 (a 404 is what a
+    wrong path answers too: list it only if the gateway answers it for a closed connection, which ``check`` tries)."""
+    close_id_pattern: str = r"[A-Za-z0-9._~:=+/-]{1,256}"
+    """CLOSE_ID_PATTERN: a regular expression the whole connection id must match (after CONNECTION_ID_PATTERN) to be
+    sent; an id that does not, and an empty, ``.`` or ``..`` id, fails its record (permanent) and is never sent."""
+
     # How.
     cleanup_mode: CleanupMode = CleanupMode.ENFORCE
     """CLEANUP_MODE: ``enforce`` or ``dry-run``."""
@@ -286,7 +234,7 @@ class Settings(BaseSettings):
     """INTEGRITY_KEY_ID: the KMS HMAC key (HMAC_256) that tags every dead-letter and backlog message the worker
     writes (GenerateMac) and that the drain and redrive verify (VerifyMac) before they free anything a message names.
     Unset: messages are written untagged, and the drain and redrive free nothing from one (they keep it)."""
-    integrity_previous_key_ids: str = ""
+    integrity_previous_key_ids: Names = ()
     """INTEGRITY_PREVIOUS_KEY_IDS: comma-separated ARNs of HMAC keys INTEGRITY_KEY_ID replaced, accepted to verify a
     message's tag (never to make one): a message tagged before a rotation is still trusted while it waits, and
     ``cleanup-worker retag`` tags it again with INTEGRITY_KEY_ID (docs/operate.md, "Rotating the integrity key")."""
@@ -413,6 +361,59 @@ class Settings(BaseSettings):
     (SCRATCH_TENANT_SCOPED not the real layout), a tenant's folder would be taken for a session's; the bucket's
     lifecycle rule is the scratch data's backstop anyway. Grants, which have none, are always reconciled."""
 
+    @field_validator(
+        "allowed_callback_urls",
+        "allowed_kms_key_ids",
+        "integrity_previous_key_ids",
+        "allowed_close_hosts",
+        mode="before",
+    )
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return tuple(item.strip() for item in value.split(",") if item.strip()) if isinstance(value, str) else value
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _action_names(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(name.strip() for name in value.split(","))
+        if isinstance(value, tuple | list) and not all(isinstance(n, str) and ACTION_NAME.fullmatch(n) for n in value):
+            raise ValueError(f"expected comma-separated action names, got {','.join(map(str, value))[:200]!r}")
+        return value
+
+    @field_validator("close_url")
+    @classmethod
+    def _close_template(cls, value: str | None) -> str | None:
+        if value is not None and "{connectionId}" not in value:
+            raise ValueError(f"expected a URL template with {{connectionId}}, got {value[:200]!r}")
+        return value
+
+    @field_validator("close_method")
+    @classmethod
+    def _close_method(cls, value: str) -> str:
+        if value.upper() not in ("DELETE", "POST", "PUT", "GET"):
+            raise ValueError(f"expected DELETE, POST, PUT or GET, got {value[:20]!r}")
+        return value.upper()
+
+    @field_validator("close_gone_statuses", mode="before")
+    @classmethod
+    def _close_gone(cls, value: object) -> object:
+        text = value if isinstance(value, str) else ",".join(map(str, value)) if isinstance(value, Iterable) else ""
+        statuses = [status.strip() for status in text.split(",") if status.strip()]
+        bad = [status for status in statuses if not (status.isdigit() and 400 <= int(status) < 500 and status != "429")]
+        if not statuses or bad:
+            raise ValueError(f"expected comma-separated 4xx statuses other than 429 (e.g. 410), got {text[:60]!r}")
+        return frozenset(int(status) for status in statuses)
+
+    @field_validator("close_id_pattern")
+    @classmethod
+    def _close_id_pattern(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"CLOSE_ID_PATTERN is not a regular expression ({exc}): {value[:200]!r}") from exc
+        return value
+
     @field_validator("session_binding", mode="before")
     @classmethod
     def _binding_of_old(cls, value: object) -> object:
@@ -481,9 +482,9 @@ class Settings(BaseSettings):
 
     @field_validator("allowed_kms_key_ids")
     @classmethod
-    def _allowed_keys_are_key_arns(cls, keys: str) -> str:
+    def _allowed_keys_are_key_arns(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         # An alias or a bare key id could never equal the ARN an item names: a typo would refuse every such grant.
-        bad = [key.strip() for key in keys.split(",") if key.strip() and not KMS_KEY_ARN.fullmatch(key.strip())]
+        bad = [key for key in keys if not KMS_KEY_ARN.fullmatch(key)]
         if bad:
             raise ValueError(
                 "ALLOWED_KMS_KEY_IDS must list key ARNs (arn:aws:kms:<region>:<account>:key/<key-id>), not "
@@ -493,9 +494,9 @@ class Settings(BaseSettings):
 
     @field_validator("integrity_previous_key_ids")
     @classmethod
-    def _previous_keys_are_key_arns(cls, keys: str) -> str:
+    def _previous_keys_are_key_arns(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
         # The drain's role may verify with the keys the template names, by ARN: another spelling would never verify.
-        bad = [key.strip() for key in keys.split(",") if key.strip() and not KMS_KEY_ARN.fullmatch(key.strip())]
+        bad = [key for key in keys if not KMS_KEY_ARN.fullmatch(key)]
         if bad:
             raise ValueError(
                 "INTEGRITY_PREVIOUS_KEY_IDS must list key ARNs (arn:aws:kms:<region>:<account>:key/<key-id>), not "
@@ -595,8 +596,7 @@ class Settings(BaseSettings):
         without INTEGRITY_KEY_ID: a previous key alone never vouches for anything)."""
         if not self.integrity_key_id:
             return ()
-        previous = [key.strip() for key in self.integrity_previous_key_ids.split(",") if key.strip()]
-        return tuple(dict.fromkeys([self.integrity_key_id, *previous]))
+        return tuple(dict.fromkeys([self.integrity_key_id, *self.integrity_previous_key_ids]))
 
     @property
     def dead_letter_store(self) -> str | None:
@@ -627,14 +627,13 @@ has them, from the same template parameters (a function reading another shape wo
 
 
 def variables() -> tuple[str, ...]:
-    """Every environment variable the worker's settings read (``Settings``, every alias, the actions', ``ATTR_*``)."""
+    """Every environment variable the worker's settings read (``Settings``, every alias, ``ATTR_*``)."""
     names = []
     for name, field in Settings.model_fields.items():
         if name == "attributes":
             continue
         alias = field.validation_alias
         names += [str(choice) for choice in alias.choices] if isinstance(alias, AliasChoices) else [name.upper()]
-    names += [name.upper() for model in (ActionSettings, HttpCloseSettings) for name in model.model_fields]
     return (*names, *(f"ATTR_{name.upper()}" for name in AttributeNames.model_fields))
 
 

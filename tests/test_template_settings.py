@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from schemas.settings import NOT_DEPLOYED, SESSION_SHAPE, ActionSettings, AttributeNames, HttpCloseSettings, Settings
+from schemas.settings import NOT_DEPLOYED, SESSION_SHAPE, AttributeNames, Settings
 from tests.test_template import resources, source_template
 
 FUNCTIONS = ("CleanupFunction", "DrainFunction", "SweeperFunction", "ReconcilerFunction")
@@ -21,7 +21,6 @@ def variables() -> list[str]:
             continue
         alias = field.validation_alias
         names.append(str(alias.choices[0]) if alias is not None and hasattr(alias, "choices") else name.upper())
-    names += [name.upper() for model in (ActionSettings, HttpCloseSettings) for name in model.model_fields]
     return names + [f"ATTR_{name.upper()}" for name in AttributeNames.model_fields]
 
 

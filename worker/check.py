@@ -16,7 +16,7 @@ from typing import ClassVar
 from cleanup.actions.http_close import ACTION as HTTP_CLOSE
 from cleanup.aws.clients import Clients
 from cleanup.operations.preflight import CheckResult, Target, run_checks
-from schemas.settings import ActionSettings, HttpCloseSettings, Settings
+from schemas.settings import Settings
 from worker.exit_codes import ExitCode
 
 
@@ -83,8 +83,10 @@ def target_from(args: argparse.Namespace, settings: Settings) -> Target:
         expiry_bucket_attribute=settings.attributes.expiry_bucket,
         backlog_queue_url=settings.backlog_queue_url,
         integrity_key_id=settings.integrity_key_id,
-        close=HttpCloseSettings() if HTTP_CLOSE in ActionSettings().actions.split(",") else None,
-        actions=frozenset(name.strip() for name in (args.actions or ActionSettings().actions).split(",")),
+        close=settings if HTTP_CLOSE in settings.actions else None,
+        actions=frozenset(name.strip() for name in args.actions.split(","))
+        if args.actions
+        else frozenset(settings.actions),
         settings=settings,
         worker_principal=args.worker_role_arn,
     )

@@ -46,7 +46,7 @@ from cleanup.exceptions import (
 )
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
-from schemas.settings import HttpCloseSettings, Settings
+from schemas.settings import Settings
 
 ACTION = "http-close"
 LONGEST_SECONDS = 10.0  # one close call, at most, all told
@@ -66,11 +66,11 @@ class HttpClose(ActionKind):
         ConfigurationError: CLOSE_URL is unset, or names a host or scheme the worker may not call.
         """
         super().__init__(settings)
-        self.close = HttpCloseSettings()
+        self.close = settings
         problems = endpoint_problems(self.close)
         if problems:
             raise ConfigurationError(problems)
-        self.gone = frozenset(str(status) for status in self.close.gone)  # type: ignore[misc]
+        self.gone = frozenset(str(status) for status in settings.close_gone_statuses)  # type: ignore[misc]
 
     def plan(self, session: Session, context: Context) -> Sequence[Step]:
         if not session.connection_id:
@@ -96,13 +96,13 @@ class HttpClose(ActionKind):
         return ((f"http:{location}",), ()) if isinstance(location, str) else ((), ())
 
 
-def endpoint_problems(close: HttpCloseSettings) -> dict[str, str]:
+def endpoint_problems(close: Settings) -> dict[str, str]:
     """Why CLOSE_URL cannot be called (each setting at fault, and why); empty when it can."""
     if close.close_url is None:
         return {"CLOSE_URL": "not set, and ACTIONS enables http-close: set it to the gateway's close URL"}
     parts = urlsplit(close.close_url.replace("{connectionId}", "id"))
     host = (parts.hostname or "").lower()
-    allowed = {name.strip().lower() for name in close.allowed_close_hosts.split(",") if name.strip()}
+    allowed = {name.lower() for name in close.allowed_close_hosts}
     if host not in allowed:
         return {"ALLOWED_CLOSE_HOSTS": f"CLOSE_URL's host {host!r} is not in it: add it, or fix CLOSE_URL"}
     if parts.scheme != "https" and not (parts.scheme == "http" and _loopback(host)):
@@ -110,7 +110,7 @@ def endpoint_problems(close: HttpCloseSettings) -> dict[str, str]:
     return {}
 
 
-def close_url(close: HttpCloseSettings, connection_id: str) -> str:
+def close_url(close: Settings, connection_id: str) -> str:
     """CLOSE_URL for ``connection_id``, once the id is checked (the endpoint is checked at start).
 
     Raises:
@@ -154,7 +154,7 @@ class CloseRequest:
     gone: frozenset[int] = frozenset({410})
 
 
-def close_connection(gate: Gate, url: str, close: HttpCloseSettings, deadline: Deadline) -> ActionStatus:
+def close_connection(gate: Gate, url: str, close: Settings, deadline: Deadline) -> ActionStatus:
     """Send the close call through ``gate``: DONE, or ALREADY_DONE when the gateway answers CLOSE_GONE_STATUSES.
 
     Raises:
@@ -165,7 +165,7 @@ def close_connection(gate: Gate, url: str, close: HttpCloseSettings, deadline: D
     timeout = min(deadline.remaining(), LONGEST_SECONDS)
     if timeout < CONNECT_TIMEOUT_SECONDS + MIN_READ_SECONDS:
         raise OutOfTimeError(f"http-close: no time left to call {url}")
-    request = CloseRequest(close.close_method, url, gone=close.gone)
+    request = CloseRequest(close.close_method, url, gone=close.close_gone_statuses)
     if close.close_sigv4_service is not None:
         request = signed(request, close.close_sigv4_service)
     with gate.sending(deadline):  # the permit is asked once connected, right before the request is written

@@ -91,7 +91,7 @@ def callback_endpoint(item_url: str | None, settings: Settings) -> str:
         if not settings.ws_callback_url:
             raise MissingConfigError("session has a connectionId but no callback endpoint: set WS_CALLBACK_URL")
         return settings.ws_callback_url
-    allowed = [url.strip() for url in settings.allowed_callback_urls.split(",") if url.strip()]
+    allowed = list(settings.allowed_callback_urls)
     if settings.ws_callback_url:
         allowed.append(settings.ws_callback_url)
     if _endpoint(item_url) in {_endpoint(url) for url in allowed}:
@@ -124,7 +124,7 @@ def grant_key(item_key: str | None, settings: Settings) -> str:
         if not settings.kms_key_id:
             raise MissingConfigError("session has a grantId but no key: set KMS_KEY_ID or the item's kmsKeyId")
         return settings.kms_key_id
-    allowed = {key.strip() for key in settings.allowed_kms_key_ids.split(",") if key.strip()}
+    allowed = set(settings.allowed_kms_key_ids)
     if settings.kms_key_id:
         allowed.add(settings.kms_key_id)
     if item_key in allowed:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from cleanup.actions.bounded_http import exchange
 from cleanup.actions.http_close import LONGEST_SECONDS, CloseRequest, encoded, endpoint_problems, signed
 from cleanup.exceptions import PermanentError
-from schemas.settings import HttpCloseSettings
+from schemas.settings import Settings
 
 NAME = "http-close: a closed connection is answered with CLOSE_GONE_STATUSES"
 
@@ -31,7 +31,7 @@ class Probe(NamedTuple):
     unchecked: bool = False
 
 
-def probe_close(close: HttpCloseSettings) -> Probe:
+def probe_close(close: Settings) -> Probe:
     """Send a close for a made-up connection id, and judge the answer."""
     problems = endpoint_problems(close)
     if problems:
@@ -40,7 +40,7 @@ def probe_close(close: HttpCloseSettings) -> Probe:
             NAME, False, detail, "fix it: the worker refuses to start with ACTIONS naming http-close until then"
         )
     url = str(close.close_url).replace("{connectionId}", encoded(f"cleanup-worker-check-{uuid.uuid4().hex}"))
-    request = CloseRequest(close.close_method, url, gone=close.gone)
+    request = CloseRequest(close.close_method, url, gone=close.close_gone_statuses)
     try:
         if close.close_sigv4_service is not None:
             request = signed(request, close.close_sigv4_service)
@@ -49,8 +49,8 @@ def probe_close(close: HttpCloseSettings) -> Probe:
         return Probe(NAME, False, str(exc), "give the check AWS credentials and a region to sign with")
     except (OSError, http.client.HTTPException) as exc:
         return Probe(NAME, False, f"{url}: {type(exc).__name__}: {exc}", "check CLOSE_URL and the network", True)
-    gone = close.close_gone_statuses
-    if answer.status in close.gone:
+    gone = ",".join(str(status) for status in sorted(close.close_gone_statuses))
+    if answer.status in close.close_gone_statuses:
         return Probe(NAME, True, f"{close.close_method} {url} answered {answer.status}")
     found = f"{close.close_method} {url} answered {answer.status} for a connection nobody has, not {gone}"
     return Probe(NAME, False, found, _fix(answer.status, answer.location))

@@ -71,7 +71,7 @@ class Found:
 
 def allowed_keys(settings: Settings) -> list[str]:
     """KMS_KEY_ID and the ALLOWED_KMS_KEY_IDS keys, each once."""
-    keys = [settings.kms_key_id or "", *(key.strip() for key in settings.allowed_kms_key_ids.split(","))]
+    keys = [settings.kms_key_id or "", *settings.allowed_kms_key_ids]
     return list(dict.fromkeys(key for key in keys if key))
 
 

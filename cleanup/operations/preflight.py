@@ -19,7 +19,7 @@ from cleanup.aws.calls import call, call_or_gone
 from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError
 from cleanup.operations.close_check import probe_close
-from schemas.settings import DEAD_LETTER_OVERLAP_FIX, HttpCloseSettings, Settings, dead_letter_overlap
+from schemas.settings import DEAD_LETTER_OVERLAP_FIX, Settings, dead_letter_overlap
 
 OLD_IMAGE_VIEWS = ("OLD_IMAGE", "NEW_AND_OLD_IMAGES")
 TTL_ON = ("ENABLED", "ENABLING")
@@ -45,7 +45,7 @@ class Target:
     expiry_bucket_attribute: str = "expiryBucket"
     backlog_queue_url: str | None = None
     integrity_key_id: str | None = None
-    close: HttpCloseSettings | None = None
+    close: Settings | None = None
     """The http-close action's settings, when ACTIONS enables it."""
     actions: frozenset[str] = frozenset({"connection", "grant", "scratch", "registry"})
     """The enabled action kinds (ACTIONS): a check of what none of them needs says nothing."""
