@@ -4,7 +4,7 @@ facts."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
@@ -16,7 +16,7 @@ from cleanup.actions.loading import BUILT_IN, instances, load_kinds
 from cleanup.aws import permits
 from cleanup.aws.answers import missing, needed
 from cleanup.aws.calls import call
-from cleanup.aws.clients import Clients
+from cleanup.aws.clients import Clients, Reach
 from cleanup.aws.coalesce import Batchmates
 from cleanup.core.action_api import ActionKind, ClientSender, ReadOnlyClients
 from cleanup.deadline import Deadline
@@ -63,17 +63,21 @@ class Runtime:
     """Built once per process by the entry point and passed down explicitly."""
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> Runtime:
-        """The entry point's runtime: settings read from the environment (then ``overrides``), logging set up.
+    def from_env(
+        cls, *, environ: Mapping[str, str] | None = None, reach: Reach | None = None, **overrides: Any
+    ) -> Runtime:
+        """The entry point's runtime: settings read from the environment (or ``environ`` in its place), then
+        ``overrides``; logging set up; clients that reach AWS as ``reach`` says (None: as botocore's configuration
+        does).
 
         Raises:
             pydantic.ValidationError: a setting in the environment is invalid.
         """
-        settings = Settings.from_env()
+        settings = Settings.from_env(environ)
         if overrides:
             settings = settings.model_copy(update=overrides)
         configure_logging(settings)
-        return cls(settings)
+        return cls(settings, Clients(settings, reach=reach) if reach is not None else None)
 
     @classmethod
     def for_lambda(cls) -> Runtime:

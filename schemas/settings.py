@@ -8,13 +8,15 @@ chain itself.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import StrEnum
 from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 LOG_LEVELS = frozenset({"CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"})
 METRICS_STREAMS = frozenset({"auto", "stdout", "stderr", "off"})
@@ -32,6 +34,49 @@ ACTION_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
 Names = Annotated[tuple[str, ...], NoDecode]
 """A comma-separated list in the environment (``a, b``), in its order; blanks around items and empty items dropped."""
+
+
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("environ", default=None)
+"""The environment variables the settings being made read instead of the process's (``Settings.from_env``)."""
+
+
+class _Environ(EnvSettingsSource):
+    """Environment variables from a mapping, read as pydantic-settings reads the process's."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        if self.case_sensitive:
+            return dict(self._environ)
+        return {name.lower(): value for name, value in self._environ.items()}
+
+
+class _FromEnviron(BaseSettings):
+    """Settings that read ``Settings.from_env``'s mapping, when one is given, in place of ``os.environ``."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        environ = _ENVIRON.get()
+        env = env_settings if environ is None else _Environ(settings_cls, environ)
+        return init_settings, env, dotenv_settings, file_secret_settings
+
+
+@contextmanager
+def _reading(environ: Mapping[str, str] | None) -> Iterator[None]:
+    token = _ENVIRON.set(environ)
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
 
 
 class CleanupMode(StrEnum):
@@ -73,7 +118,7 @@ class LogIdentifiers(StrEnum):
     HASHED = "hashed"
 
 
-class AttributeNames(BaseSettings):
+class AttributeNames(_FromEnviron):
     """Names of the session item's attributes (defaults from the source design), and of the connection registry's
     connection id (``registry_connection_id``)."""
 
@@ -117,7 +162,7 @@ class AttributeNames(BaseSettings):
         return (self.connection_id, self.scratch_prefix, self.grant_id)
 
 
-class Settings(BaseSettings):
+class Settings(_FromEnviron):
     """Everything the worker is configured with. Field docs give the environment variable in capitals."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
@@ -604,9 +649,15 @@ class Settings(BaseSettings):
         return self.dead_letter_bucket or self.scratch_bucket
 
     @classmethod
-    def from_env(cls) -> Settings:
-        """Read the settings from the process environment (the entry point's job)."""
-        return cls()
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from the process environment, or from ``environ`` in its place (a command run with a
+        deployed function's settings); the entry point's job.
+
+        Raises:
+            pydantic.ValidationError: a setting is invalid.
+        """
+        with _reading(environ):
+            return cls()
 
 
 SESSION_SHAPE = frozenset(

@@ -19,7 +19,8 @@ from typing import Any
 from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError
 from cleanup.operations.canary import CanaryReport, run_canary
-from cleanup.runtime import Runtime, WarmRuntime
+from cleanup.runtime import WarmRuntime
+from worker import cli_habits
 from worker.exit_codes import ExitCode
 
 warm = WarmRuntime()
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run one canary and say how it went."""
-    runtime = Runtime.from_env()
+    runtime = cli_habits.runtime(args)
     try:
         report = run_canary(runtime)
     except MissingConfigError as exc:

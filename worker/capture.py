@@ -19,11 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cleanup.aws.clients import Clients
 from cleanup.exceptions import CleanupError, StreamNotFoundError
 from cleanup.streams.reader import Shard, ShardReader, latest_stream_arn, list_shards
 from cleanup.telemetry import log
-from schemas.settings import Settings
+from worker import cli_habits
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 
@@ -46,8 +45,8 @@ def main(args: argparse.Namespace) -> int:
         folder = str(args.out.parent)
         print(f"cleanup-worker capture: no folder {folder!r} to write {args.out.name} in", file=sys.stderr)
         return ExitCode.USAGE
-    settings = Settings.from_env()
-    clients = Clients(settings)
+    settings = cli_habits.settings(args)
+    clients = cli_habits.clients(args, settings)
     streams = clients.streams
     try:
         stream_arn = args.stream_arn or latest_stream_arn(clients.dynamodb, args.table_name)

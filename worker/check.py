@@ -14,9 +14,9 @@ import sys
 from typing import ClassVar
 
 from cleanup.actions.http_close import ACTION as HTTP_CLOSE
-from cleanup.aws.clients import Clients
 from cleanup.operations.preflight import CheckResult, Target, run_checks
 from schemas.settings import Settings
+from worker import cli_habits
 from worker.exit_codes import ExitCode
 
 
@@ -45,8 +45,8 @@ class PreflightSettings(Settings):
 
 def main(args: argparse.Namespace) -> int:
     """Run every check, print one line each, and exit non-zero if any failed."""
-    settings = PreflightSettings.from_env()
-    results = run_checks(Clients(settings), target_from(args, settings))
+    settings = cli_habits.settings(args, PreflightSettings)
+    results = run_checks(cli_habits.clients(args, settings), target_from(args, settings))
     for result in results:
         print(format_line(result))
     failed = [result for result in results if not result.passed]

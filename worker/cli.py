@@ -99,11 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"cleanup-worker {args.command}"
         print(f"{where}: unrecognized arguments: {' '.join(unknown)} (see {where} --help)", file=sys.stderr)
         return ExitCode.USAGE
-    with cli_habits.environment(args.command, args) as problem:
-        if problem is not None:
-            print(f"cleanup-worker {args.command}: {problem}", file=sys.stderr)
-            return ExitCode.USAGE
-        return _run(args)
+    given = cli_habits.invocation(args.command, args)
+    if isinstance(given, str):
+        print(f"cleanup-worker {args.command}: {given}", file=sys.stderr)
+        return ExitCode.USAGE
+    args.invocation = given
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

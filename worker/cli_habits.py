@@ -2,26 +2,36 @@
 ``--endpoint-url`` on each command that calls AWS, ``--verbose`` on the one-shot commands, two or three examples at
 the end of each ``--help``, and one line (never a traceback) for wrong input.
 
-The AWS options are handed to botocore the standard way, through its environment variables (``AWS_DEFAULT_REGION``,
-``AWS_PROFILE``, ``AWS_ENDPOINT_URL``), before the command makes its first client. ``AWS_REGION``, which Lambda
-sets and botocore does not read, is honoured everywhere by copying it to ``AWS_DEFAULT_REGION`` when that is unset.
-A one-shot command's output is its output: its logs go to stderr at WARNING and above and it writes no metrics,
-unless ``--verbose`` (or LOG_LEVEL / METRICS_DESTINATION, set explicitly) says otherwise.
+What the options become is the command's ``Invocation``, set on its arguments (``args.invocation``) and read by the
+command when it makes its settings, runtime and clients (``runtime``, ``settings``, ``clients``); the process's
+environment is never written:
+
+* the AWS options go to the client factory (``cleanup.aws.clients.Reach``); ``AWS_REGION``, which botocore does not
+  read, is the region when ``AWS_DEFAULT_REGION`` is unset;
+* the settings' environment is the shell's, with, for ``--function-name``, the deployed function's settings in place
+  of the shell's (``worker.function_settings``); and a one-shot command's output is its output: its logs go to stderr
+  at WARNING and above and it writes no metrics, unless ``--verbose`` (or LOG_LEVEL / METRICS_DESTINATION, set
+  explicitly) says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import NoReturn
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import botocore.session
 from botocore.exceptions import BotoCoreError
 
+from cleanup.aws.clients import Clients, Reach
 from cleanup.exceptions import CleanupError
+from schemas.settings import Settings
 from worker import function_settings
+
+if TYPE_CHECKING:
+    from cleanup.runtime import Runtime
 
 AWS_FREE = frozenset({"demo", "health"})
 """Sub-commands that make no AWS call of their own (the demo brings its own embedded AWS)."""
@@ -105,60 +115,71 @@ def decorate(command: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--verbose", action="store_true", help="also show the worker's logs and metrics on stderr")
 
 
-@contextmanager
-def environment(command: str, args: argparse.Namespace) -> Iterator[str | None]:
-    """Put the shared options in the environment botocore and the settings read, for the command's run (restored
-    after it); yields why the command cannot reach AWS (no region, an unknown profile), or None."""
-    changes: dict[str, str] = {}
-    if os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
-        changes["AWS_DEFAULT_REGION"] = os.environ["AWS_REGION"]
-    for option, variables in (
-        ("region", ("AWS_DEFAULT_REGION", "AWS_REGION")),
-        ("profile", ("AWS_PROFILE",)),
-        ("endpoint_url", ("AWS_ENDPOINT_URL",)),
-    ):
-        value = getattr(args, option, None)
-        changes.update(dict.fromkeys(variables, value) if value else {})
+@dataclass(frozen=True)
+class Invocation:
+    """What a command's shared options say: the environment its settings are read from, and how its clients reach
+    AWS."""
+
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    reach: Reach = field(default_factory=Reach)
+
+
+def invocation(command: str, args: argparse.Namespace, shell: Mapping[str, str] = os.environ) -> Invocation | str:
+    """``command``'s invocation from its options and ``shell``'s environment, or why it cannot reach AWS (no region,
+    an unknown profile, a function whose settings cannot be read)."""
+    reach = Reach(
+        region=getattr(args, "region", None) or (None if shell.get("AWS_DEFAULT_REGION") else shell.get("AWS_REGION")),
+        profile=getattr(args, "profile", None),
+        endpoint_url=getattr(args, "endpoint_url", None),
+    )
+    environ = dict(shell)
     if command in ONE_SHOT and not getattr(args, "verbose", False):
-        changes.update({name: value for name, value in QUIET.items() if name not in os.environ})
-    saved = {name: os.environ.get(name) for name in changes}
-    os.environ.update(changes)
-    try:
-        problem = None if command in AWS_FREE else _unreachable()
-        function = getattr(args, "function_name", None)
-        if problem is None and function:
-            problem = _take_function_settings(function, saved)
-        yield problem
-    finally:
-        for name, value in saved.items():
+        environ.update({name: value for name, value in QUIET.items() if name not in shell})
+    problem = None if command in AWS_FREE else _unreachable(reach)
+    function = getattr(args, "function_name", None)
+    if problem is None and function:
+        try:
+            taken = function_settings.changes(function_settings.function_environment(function, reach), environ)
+        except CleanupError as exc:
+            return f"cannot take the settings of function {function!r}: {exc}"
+        for name, value in taken.items():
             if value is None:
-                os.environ.pop(name, None)
+                environ.pop(name, None)
             else:
-                os.environ[name] = value
+                environ[name] = value
+    return problem or Invocation(environ, reach)
 
 
-def _take_function_settings(function: str, saved: dict[str, str | None]) -> str | None:
-    """Put ``function``'s settings in the environment (what they replace is added to ``saved``, to be restored);
-    returns why they could not be read, or None."""
-    try:
-        taken = function_settings.changes(function_settings.function_environment(function), os.environ)
-    except CleanupError as exc:
-        return f"cannot take the settings of function {function!r}: {exc}"
-    for name, value in taken.items():
-        saved.setdefault(name, os.environ.get(name))
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    return None
+def of(args: argparse.Namespace) -> Invocation:
+    """The invocation ``cleanup-worker`` set on ``args`` (a command called without it: the process's environment)."""
+    found = getattr(args, "invocation", None)
+    return found if isinstance(found, Invocation) else Invocation()
+
+
+def settings(args: argparse.Namespace, model: type[Settings] = Settings) -> Settings:
+    """The command's settings (``model``'s), read from its invocation's environment."""
+    return model.from_env(of(args).environ)
+
+
+def runtime(args: argparse.Namespace, **overrides: Any) -> Runtime:
+    """The command's runtime: its settings (then ``overrides``), and clients that reach AWS as its options say."""
+    from cleanup.runtime import Runtime  # the command's, not the parser's: ``health`` starts without it
+
+    given = of(args)
+    return Runtime.from_env(environ=given.environ, reach=given.reach, **overrides)
+
+
+def clients(args: argparse.Namespace, settings: Settings) -> Clients:
+    """Clients for ``settings`` that reach AWS as the command's options say."""
+    return Clients(settings, reach=of(args).reach)
 
 
 QUIET = {"LOG_LEVEL": "WARNING", "METRICS_DESTINATION": "off"}
 
 
-def _unreachable() -> str | None:
+def _unreachable(reach: Reach) -> str | None:
     try:
-        region = botocore.session.Session().get_config_variable("region")
+        region = reach.region or botocore.session.Session(profile=reach.profile).get_config_variable("region")
     except BotoCoreError as exc:  # ProfileNotFound and friends: the message names the profile
         return f"{exc}: fix --profile or AWS_PROFILE"
     if not region:

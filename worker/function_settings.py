@@ -22,6 +22,7 @@ import boto3
 
 from cleanup.aws.answers import needed
 from cleanup.aws.calls import call
+from cleanup.aws.clients import Reach
 from cleanup.exceptions import PermanentError
 from schemas.settings import CleanupMode, variables
 
@@ -31,14 +32,17 @@ OPERATOR_OWN = frozenset({"LOG_LEVEL", "METRICS_DESTINATION"})
 """Settings of the command's own output, which stay the operator's."""
 
 
-def function_environment(name: str) -> dict[str, str]:
-    """The environment variables of the deployed function ``name`` (its name, ARN or partial ARN).
+def function_environment(name: str, reach: Reach | None = None) -> dict[str, str]:
+    """The environment variables of the deployed function ``name`` (its name, ARN or partial ARN), asked of Lambda
+    where ``reach`` says.
 
     Raises:
         TransientError / PermanentError: Lambda could not answer (no such function, access denied), or the function's
             environment could not be read (KMS refused to decrypt it), or it has none.
     """
-    client: Any = boto3.session.Session().client("lambda")
+    reach = reach or Reach()
+    session = boto3.session.Session(profile_name=reach.profile, region_name=reach.region)
+    client: Any = session.client("lambda", endpoint_url=reach.endpoint_url)
     answer = call(client.get_function_configuration, "GetFunctionConfiguration", None, FunctionName=name)
     environment = answer.get("Environment") or {}
     error = environment.get("Error")

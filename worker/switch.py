@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, cast
 from cleanup.aws.clients import Clients
 from cleanup.exceptions import MissingConfigError
 from cleanup.operations.switch import VALUES, Deployed, Switch, flip, status
-from schemas.settings import Settings
+from worker import cli_habits
 from worker.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -38,14 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def appconfig(settings: Settings) -> AppConfigClient:
+def appconfig(clients: Clients) -> AppConfigClient:
     """AppConfig's control-plane client."""
-    return cast("AppConfigClient", Clients(settings).get("appconfig"))
+    return cast("AppConfigClient", clients.get("appconfig"))
 
 
 def main(args: argparse.Namespace) -> int:
     """Flip the switch, or show it; one line (or one JSON object) on stdout."""
-    settings = Settings.from_env()
+    settings = cli_habits.settings(args)
     names = (
         args.application or settings.appconfig_application,
         args.environment or settings.appconfig_environment,
@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
             "APPCONFIG_APPLICATION, APPCONFIG_ENVIRONMENT and APPCONFIG_PROFILE (the stack's KillSwitch output)"
         )
     switch = Switch(*(str(name) for name in names))
-    client = appconfig(settings)
+    client = appconfig(cli_habits.clients(args, settings))
     reading = args.change == "status"
     deployed = status(client, switch) if reading else flip(client, switch, args.change, args.strategy)
     print(json.dumps(_summary(switch, deployed)) if args.json else _line(deployed))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import botocore.session
@@ -46,12 +47,30 @@ def _process_session() -> botocore.session.Session:
     return _session
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Where, and as whom, the clients reach AWS when a command line says so (the AWS CLI's ``--region``,
+    ``--profile`` and ``--endpoint-url``); what it leaves None is botocore's own configuration (AWS_DEFAULT_REGION,
+    AWS_PROFILE, AWS_ENDPOINT_URL, the config files)."""
+
+    region: str | None = None
+    profile: str | None = None
+    endpoint_url: str | None = None
+
+    def session(self) -> botocore.session.Session | None:
+        """A botocore session of ``profile`` (None without one: the process's serves)."""
+        return botocore.session.Session(profile=self.profile) if self.profile else None
+
+
 class Clients:
     """Lazily made AWS clients for one process. ``management(url)`` gives one client per callback endpoint."""
 
-    def __init__(self, settings: Settings, session: botocore.session.Session | None = None) -> None:
+    def __init__(
+        self, settings: Settings, session: botocore.session.Session | None = None, *, reach: Reach | None = None
+    ) -> None:
         self._settings = settings
-        self._session = session
+        self.reach = reach or Reach()
+        self._session = session or self.reach.session()
         self._clients: dict[tuple[str, str | None], Any] = {}
         self._management: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
         self.pacer = Pacer(settings)
@@ -77,6 +96,7 @@ class Clients:
     def _create(self, service: str, endpoint_url: str | None, region: str | None = None) -> Any:
         """A new client (the caller holds ``_creating``)."""
         session = self._session or _process_session()
+        region, endpoint_url = region or self.reach.region, endpoint_url or self.reach.endpoint_url
         client = session.create_client(service, region, endpoint_url=endpoint_url, config=self.config)
         self.pacer.attach(client)
         return client
