@@ -1,6 +1,6 @@
 """A command's shared options reach the command without touching the process's environment: ``--region``,
 ``--profile`` and ``--endpoint-url`` go to the client factory, and the settings' environment (a one-shot command's
-quiet output, a deployed function's settings) is the command's own (``worker.cli_habits.Invocation``)."""
+quiet output, a deployed function's settings) is the command's own (``worker.shared_options.Invocation``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cleanup.aws.clients import Reach
-from worker import cli, cli_habits, status
+from worker import cli, shared_options, status
 
 
 @pytest.fixture
@@ -27,8 +27,8 @@ def seen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
 
     def noting(args: argparse.Namespace) -> int:
         noted["environ"] = dict(os.environ)
-        noted["invocation"] = cli_habits.of(args)
-        noted["client"] = cli_habits.clients(args, cli_habits.settings(args)).get("dynamodb")
+        noted["invocation"] = shared_options.of(args)
+        noted["client"] = shared_options.clients(args, shared_options.settings(args)).get("dynamodb")
         return 0
 
     monkeypatch.setattr(status, "main", noting)

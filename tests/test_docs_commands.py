@@ -18,7 +18,7 @@ import pytest
 
 from cleanup.actions.loading import BUILT_IN
 from cleanup.telemetry import METRICS
-from worker import cli, cli_habits
+from worker import cli, shared_options
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted(ROOT.glob("docs/**/*.md")), ROOT / "README.md"]
@@ -52,7 +52,7 @@ def documented() -> list[tuple[str, str]]:
     for page in PAGES:
         for span in code_spans(page.read_text()):
             found += [(f"{page.relative_to(ROOT)}", command) for command in commands(span)]
-    for name, examples in cli_habits.EXAMPLES.items():
+    for name, examples in shared_options.EXAMPLES.items():
         for example in examples:
             found += [(f"cleanup-worker {name} --help", command) for command in commands(example)]
     return found

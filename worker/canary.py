@@ -20,7 +20,7 @@ from cleanup.deadline import Deadline
 from cleanup.exceptions import CleanupError, MissingConfigError
 from cleanup.operations.canary import CanaryReport, run_canary
 from cleanup.runtime import WarmRuntime
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 
 warm = WarmRuntime()
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run one canary and say how it went."""
-    runtime = cli_habits.runtime(args)
+    runtime = shared_options.runtime(args)
     try:
         report = run_canary(runtime)
     except MissingConfigError as exc:

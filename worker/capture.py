@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 from cleanup.exceptions import CleanupError, StreamNotFoundError
 from cleanup.streams.reader import Shard, ShardReader, latest_stream_arn, list_shards
 from cleanup.telemetry import log
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 
@@ -45,8 +45,8 @@ def main(args: argparse.Namespace) -> int:
         folder = str(args.out.parent)
         print(f"cleanup-worker capture: no folder {folder!r} to write {args.out.name} in", file=sys.stderr)
         return ExitCode.USAGE
-    settings = cli_habits.settings(args)
-    clients = cli_habits.clients(args, settings)
+    settings = shared_options.settings(args)
+    clients = shared_options.clients(args, settings)
     streams = clients.streams
     try:
         stream_arn = args.stream_arn or latest_stream_arn(clients.dynamodb, args.table_name)

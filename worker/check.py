@@ -16,7 +16,7 @@ from typing import ClassVar
 from cleanup.actions.http_close import ACTION as HTTP_CLOSE
 from cleanup.operations.preflight import CheckResult, Target, run_checks
 from schemas.settings import Settings
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 
 
@@ -45,8 +45,8 @@ class PreflightSettings(Settings):
 
 def main(args: argparse.Namespace) -> int:
     """Run every check, print one line each, and exit non-zero if any failed."""
-    settings = cli_habits.settings(args, PreflightSettings)
-    results = run_checks(cli_habits.clients(args, settings), target_from(args, settings))
+    settings = shared_options.settings(args, PreflightSettings)
+    results = run_checks(shared_options.clients(args, settings), target_from(args, settings))
     for result in results:
         print(format_line(result))
     failed = [result for result in results if not result.passed]

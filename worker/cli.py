@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from cleanup.exceptions import CleanupError, ConfigurationError, MissingConfigError
 from schemas.settings import configuration_problems
-from worker import cli_habits, floors
+from worker import floors, shared_options
 from worker.exit_codes import ExitCode
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -59,7 +59,7 @@ def version() -> str:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line; only ``command``'s module is imported (all of them when it is None)."""
-    parser = cli_habits.OneLineParser(
+    parser = shared_options.OneLineParser(
         prog="cleanup-worker", description="Cleans up after expired sessions from a DynamoDB stream."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
@@ -69,7 +69,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command is None or name == command:
             module = importlib.import_module(module_name)
             module.add_arguments(sub)
-            cli_habits.decorate(name, sub)
+            shared_options.decorate(name, sub)
             sub.set_defaults(handler=module.main)
     return parser
 
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"cleanup-worker {args.command}"
         print(f"{where}: unrecognized arguments: {' '.join(unknown)} (see {where} --help)", file=sys.stderr)
         return ExitCode.USAGE
-    given = cli_habits.invocation(args.command, args)
+    given = shared_options.invocation(args.command, args)
     if isinstance(given, str):
         print(f"cleanup-worker {args.command}: {given}", file=sys.stderr)
         return ExitCode.USAGE

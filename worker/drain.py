@@ -27,7 +27,7 @@ from cleanup.killswitch import Mode
 from cleanup.queues.backlog_drain import SQS_BATCH, Message, clean, release
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.signals import shutdown_on_signals
 
@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
     """Drain until stopped (or idle); print the counts as one JSON line. Exit 1 if a message was left, 2 if
     misconfigured."""
     overrides = {"backlog_queue_url": args.queue_url} if args.queue_url else {}
-    runtime = cli_habits.runtime(args, **overrides)
+    runtime = shared_options.runtime(args, **overrides)
     stop = threading.Event()
     try:
         if not runtime.settings.backlog_queue_url:

@@ -57,7 +57,7 @@ from cleanup.streams.first_failures import CLOCK, FirstFailures, GiveUpClock
 from cleanup.streams.retry_in_place import InPlaceBatch, may_move_past
 from cleanup.telemetry import log
 from schemas.records import UnreadableRecord, read_kinesis_data, record_id
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.health import PAUSED, PROGRESSING, STUCK, MessageMarker
 from worker.kcl_checkpoint import CHECKPOINT_TRIES as CHECKPOINT_TRIES
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Speak the multilang protocol on stdin/stdout until the daemon closes stdin."""
     protocol = _claim_stdout()
-    runtime = cli_habits.runtime(args)  # logs go to stderr, as does everything written to fd 1 from here on
+    runtime = shared_options.runtime(args)  # logs go to stderr, as does everything written to fd 1 from here on
     try:
         if (problem := runtime.settings.health_bound_problem()) is not None:
             raise ConfigurationError({"HEALTH_STALE_SECONDS": problem})

@@ -15,7 +15,7 @@ from cleanup.streams.reader import latest_stream_arn
 from cleanup.streams.shard_state import PollSummary
 from cleanup.telemetry import log
 from schemas.records import stream_table
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.signals import shutdown_on_signals
 
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the poller until SIGTERM/SIGINT (or, with ``--until-idle``, until the stream is drained)."""
-    runtime = cli_habits.runtime(args)
+    runtime = shared_options.runtime(args)
     try:
         stream_arn = args.stream_arn or latest_stream_arn(runtime.clients.dynamodb, args.table_name)
     except CleanupError as exc:  # no such table or stream, or the table cannot be described

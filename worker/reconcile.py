@@ -21,7 +21,7 @@ from cleanup.exceptions import CleanupError, MissingConfigError
 from cleanup.killswitch import Mode
 from cleanup.operations.reconcile import KEPT, ReconcileReport, Verdict, reconcile
 from cleanup.runtime import WarmRuntime
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Reconcile once and print the counts (and, in a dry run, the plan)."""
-    runtime = cli_habits.runtime(args)
+    runtime = shared_options.runtime(args)
     try:
         if runtime.refresh_mode() is Mode.PAUSED:
             print(json.dumps(PAUSED) if args.as_json else PAUSED["reason"])

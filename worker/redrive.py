@@ -38,7 +38,7 @@ from cleanup.operations.redrive import redrive
 from cleanup.operations.redrive_result import MessageResult
 from cleanup.runtime import Runtime, require_session_table
 from schemas.settings import CleanupMode
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 from worker.queue_pass import depth, messages, release
@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Redrive every message on the queue with the settings from the environment."""
-    runtime = cli_habits.runtime(args, dead_letter_queue_url=None)
+    runtime = shared_options.runtime(args, dead_letter_queue_url=None)
     try:
         require_session_table(runtime.settings)
         return run(args, runtime)

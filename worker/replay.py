@@ -30,7 +30,7 @@ from cleanup.runtime import Runtime, require_session_table
 from schemas.outcomes import Outcome, Status
 from schemas.records import StreamRecord
 from schemas.settings import CleanupMode
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 from worker.replay_report import Report, Result, Row, Shown
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Read the settings from the environment, replay the files, print the report."""
-    runtime = cli_habits.runtime(args, **(DRY_RUN if args.dry_run else {}))
+    runtime = shared_options.runtime(args, **(DRY_RUN if args.dry_run else {}))
     try:
         table = require_session_table(runtime.settings)
         if not table_exists(runtime, table):

@@ -29,7 +29,7 @@ from cleanup.operations.retag import Fate, Retag, retag
 from cleanup.runtime import Runtime
 from cleanup.telemetry import log
 from schemas.settings import CleanupMode
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 from worker.queue_pass import Received, messages, release
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Retag every message on the queue with the settings from the environment."""
-    runtime = cli_habits.runtime(args, dead_letter_queue_url=None)
+    runtime = shared_options.runtime(args, dead_letter_queue_url=None)
     try:
         if not runtime.settings.integrity_key_id:
             raise ConfigurationError({"INTEGRITY_KEY_ID": "not set: there is no key to tag the messages with"})

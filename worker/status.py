@@ -24,7 +24,7 @@ from cleanup.operations import status
 from cleanup.runtime import Runtime
 from cleanup.streams.reader import latest_stream_arn
 from cleanup.streams.record_age import verdict
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 
 
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Gather the status with the settings from the environment and print it."""
-    runtime = cli_habits.runtime(args)
+    runtime = shared_options.runtime(args)
     try:
         report = gather(args, runtime)
     finally:

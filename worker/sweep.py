@@ -20,7 +20,7 @@ from cleanup.exceptions import MissingConfigError
 from cleanup.expiry.sweeper import sweep
 from cleanup.killswitch import Mode
 from cleanup.runtime import WarmRuntime
-from worker import cli_habits, floors
+from worker import floors, shared_options
 from worker.exit_codes import ExitCode
 from worker.progress import bar
 
@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     table = args.table_name or args.old_table
     if args.old_table:
         print("cleanup-worker sweep: --table is deprecated: use --table-name", file=sys.stderr)
-    runner = cli_habits.runtime(args, **({"session_table": table} if table else {}))
+    runner = shared_options.runtime(args, **({"session_table": table} if table else {}))
     try:
         if runner.refresh_mode() is Mode.PAUSED:
             print(json.dumps(PAUSED))

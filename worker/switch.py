@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, cast
 from cleanup.aws.clients import Clients
 from cleanup.exceptions import MissingConfigError
 from cleanup.operations.switch import VALUES, Deployed, Switch, flip, status
-from worker import cli_habits
+from worker import shared_options
 from worker.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def appconfig(clients: Clients) -> AppConfigClient:
 
 def main(args: argparse.Namespace) -> int:
     """Flip the switch, or show it; one line (or one JSON object) on stdout."""
-    settings = cli_habits.settings(args)
+    settings = shared_options.settings(args)
     names = (
         args.application or settings.appconfig_application,
         args.environment or settings.appconfig_environment,
@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
             "APPCONFIG_APPLICATION, APPCONFIG_ENVIRONMENT and APPCONFIG_PROFILE (the stack's KillSwitch output)"
         )
     switch = Switch(*(str(name) for name in names))
-    client = appconfig(cli_habits.clients(args, settings))
+    client = appconfig(shared_options.clients(args, settings))
     reading = args.change == "status"
     deployed = status(client, switch) if reading else flip(client, switch, args.change, args.strategy)
     print(json.dumps(_summary(switch, deployed)) if args.json else _line(deployed))

@@ -1,4 +1,4 @@
-"""The habits every ``cleanup-worker`` sub-command shares with the AWS CLI: ``--region``, ``--profile`` and
+"""The options every ``cleanup-worker`` sub-command shares, as in the AWS CLI: ``--region``, ``--profile`` and
 ``--endpoint-url`` on each command that calls AWS, ``--verbose`` on the one-shot commands, two or three examples at
 the end of each ``--help``, and one line (never a traceback) for wrong input.
 
