@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cleanup.aws.calls import call
-from cleanup.aws.pacing import SLOW_START, Gate
+from cleanup.aws.pacing import SLOW_START, Lane
 from cleanup.deadline import Deadline
 from cleanup.exceptions import OutOfTimeError, TransientError
 from cleanup.queues.integrity import seal
@@ -205,7 +205,7 @@ def test_a_request_that_waited_for_a_slot_while_the_rate_was_cut_takes_a_new_tur
 
 
 def test_a_gate_starts_small_and_doubles_with_each_round_of_successes_until_trouble() -> None:
-    gate = Gate(32, "kms")
+    gate = Lane(32, "kms")
     assert gate.limit == SLOW_START
 
     for expected in (8, 16, 32, 32):  # each round: as many successes as the limit

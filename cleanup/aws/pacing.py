@@ -7,7 +7,7 @@ passes through it, botocore's own retries included:
   concurrency slot in ``before-send`` and gives it back in ``needs-retry`` (so a backoff holds none), and the scope
   gives back whatever is still held when the call ends: an exception raised between the two hooks (botocore's parser
   on a 502 whose body is ``"Bad Gateway"``, a hook) skips ``needs-retry`` but not the scope's end. Per-attempt state
-  lives in the scope, not in the request (older botocore's requests carry no ``context``).
+  lives in the scope.
 * **Every wait is bounded.** A turn or a slot is waited for until the caller's deadline, and never longer than
   CALL_WAIT_SECONDS (the bound where there is no deadline: poller, replay, redrive, sweeper, KCL).
 * **Deadline.** ``calls.call`` binds the caller's deadline for the duration of a call. An attempt starts only when
@@ -23,25 +23,24 @@ passes through it, botocore's own retries included:
 * **Control calls apart.** Calls that name only the checkpoint table (the stream lease's renewals, checkpoints) have
   gates of their own (``dynamodb-control``): a session table throttling under a flood of race reads cannot make a
   lease renewal wait past its term behind them. DynamoDB's quotas are per table anyway.
-* **Concurrency that backs off.** Each service has a ``Gate``: at most ``limit`` attempts in flight, shared by every
-  thread and client of the process. It starts at SLOW_START and each success raises it by one (doubling it every
-  round, a few round trips to MAX_CONCURRENCY), until the first timeout or throttling answer: a new process's first
-  burst to a service that throttles is a few requests, not MAX_CONCURRENCY of them answered "throttled" before the
-  rate can be cut, and it does not double again while the rate is learnt (throttling answers come back at once, and
-  each frees its slot for another request into the spent quota). A throttling answer does not lower the limit. A
-  timeout halves the limit (once per round of attempts in flight, additive-increase/multiplicative-decrease as in
-  TCP); each round of successes raises it by one, back up to MAX_CONCURRENCY. A slow dependency thus slows the
-  worker down instead of failing its records.
-* **A rate learnt from throttling.** Each gate also has a ``Rate``: unlimited until the service throttles, then
-  just under what the service accepted over the last second (the rate its quota leaves us), and requests are
-  spaced to it, shared by every thread of the process. Each second raises it by 5%, so it finds a raised quota
-  again, and it is dropped once far above anything asked; grown past the quota, it is cut again. A request whose
-  turn was given before a cut takes a new one (``_wait_turn``), even once it has a slot: the queue, for turns or for
-  slots, does not go on at the refused rate. A throttling dependency thus gets requests at about the rate it allows,
-  not retries. A request whose turn would come after the caller's deadline is not started (``OutOfTimeError``):
-  nothing waits past the deadline for a turn.
-  Throttling is not also taken out on concurrency: a quota is on requests a second, and fewer in flight would only
-  lower the rate below it.
+* **Concurrency that backs off.** Each service has a ``Lane`` (its own way through the pacer): at most ``limit``
+  attempts in flight, shared by every thread and client of the process. It starts at SLOW_START and each success raises
+  it by one (doubling it every round, a few round trips to MAX_CONCURRENCY), until the first timeout or throttling
+  answer: a new process's first burst to a service that throttles is a few requests, not MAX_CONCURRENCY of them
+  answered "throttled" before the rate can be cut, and it does not double again while the rate is learnt (throttling
+  answers come back at once, and each frees its slot for another request into the spent quota). A throttling answer does
+  not lower the limit. A timeout halves the limit (once per round of attempts in flight,
+  additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up to
+  MAX_CONCURRENCY. A slow dependency thus slows the worker down instead of failing its records.
+* **A rate learnt from throttling.** Each lane also has a ``Rate``: unlimited until the service throttles, then just
+  under what the service accepted over the last second (the rate its quota leaves us), and requests are spaced to it,
+  shared by every thread of the process. Each request that waits for its turn raises it a little (``cleanup.aws.rate``),
+  so it finds a raised quota again, and it is dropped once far above anything asked; grown past the quota, it is cut
+  again. A request whose turn was given before a cut takes a new one (``_wait_turn``), even once it has a slot: the
+  queue, for turns or for slots, does not go on at the refused rate. A throttling dependency thus gets requests at about
+  the rate it allows, not retries. A request whose turn would come after the caller's deadline is not started
+  (``OutOfTimeError``): nothing waits past the deadline for a turn. Throttling is not also taken out on concurrency: a
+  quota is on requests a second, and fewer in flight would only lower the rate below it.
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carrie
 SLOW_START = 4  # attempts in flight a service's gate starts at
 
 
-class Gate:
+class Lane:
     """Adaptive concurrency for one service (additive increase, multiplicative decrease), and its rate."""
 
     def __init__(self, ceiling: int, service: str = "") -> None:
@@ -138,15 +137,15 @@ class CallScope:
         self.deadline = deadline
         self.long_poll = 0
         self.tables: frozenset[str] = frozenset()  # the DynamoDB tables the call names
-        self._attempt: tuple[Gate, int, float] | None = None  # gate, round taken in, when sent
+        self._attempt: tuple[Lane, int, float] | None = None  # gate, round taken in, when sent
 
-    def hold(self, gate: Gate, taken_in: int) -> None:
+    def hold(self, gate: Lane, taken_in: int) -> None:
         self.give_back()  # a slot never outlives its attempt, even one that ended without a needs-retry
         self._attempt = (gate, taken_in, time.monotonic())
 
     def give_back(
         self, *, trouble: bool = False, success: bool = False, throttled: bool = False
-    ) -> tuple[Gate, float] | None:
+    ) -> tuple[Lane, float] | None:
         """Give the attempt's slot back (a no-op if none is held); its gate and when it was sent."""
         attempt, self._attempt = self._attempt, None
         if attempt is None:
@@ -184,16 +183,16 @@ class Pacer:
         self._ceiling = settings.max_concurrency
         self.quota_wait = settings.quota_wait_seconds  # with a backlog: how long a request waits for a rate's turn
         self.check = SendCheck(settings.fence_read_max_age_seconds)
-        self._gates: dict[str, Gate] = {}
+        self._gates: dict[str, Lane] = {}
         self._lock = threading.Lock()
 
-    def gate(self, service: str) -> Gate:
+    def gate(self, service: str) -> Lane:
         gate = self._gates.get(service)
         if gate is None:
             with self._lock:
                 gate = self._gates.get(service)
                 if gate is None:
-                    gate = self._gates[service] = Gate(self._ceiling, service)
+                    gate = self._gates[service] = Lane(self._ceiling, service)
         return gate
 
     def learnt(self) -> dict[str, float]:
@@ -333,7 +332,7 @@ def _tables(params: dict[str, Any]) -> frozenset[str]:
     return frozenset(named)
 
 
-def _learn_rate(gate: Gate, sent: float, *, throttled: bool, answered: bool) -> None:
+def _learn_rate(gate: Lane, sent: float, *, throttled: bool, answered: bool) -> None:
     if not answered:  # a timeout or a reset says nothing about the rate
         return
     limit = gate.rate.answered(sent, throttled=throttled, outstanding=gate.in_flight)

@@ -1,4 +1,4 @@
-"""The rate a throttling service accepts, learnt from its answers, and requests spaced to it (``pacing.Gate.rate``).
+"""The rate a throttling service accepts, learnt from its answers, and requests spaced to it (``pacing.Lane.rate``).
 
 AWS request quotas are token buckets: so many requests a second, with a burst on top. A client sending faster gets
 a share of its requests throttled that grows with its rate: ``(sent - quota) / sent``, and none once it sends below
