@@ -26,11 +26,18 @@ time, what was deleted stays deleted and the record is reported transient, so th
 from __future__ import annotations
 
 import json
-import random
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from cleanup.actions.registry_binding import held_by
 from cleanup.aws.calls import call
@@ -216,24 +223,37 @@ def _delete(
     pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
         {"DeleteRequest": {"Key": key}} for key in keys
     ]
-    wait = FIRST_WAIT_SECONDS
-    for _ in range(UNPROCESSED_TRIES):
-        with permit.sending(deadline):
+
+    def send() -> None:
+        nonlocal pending
+        with permit.sending(deadline):  # every try asks its own permit where it leaves
             answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
         if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
             raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
         pending = _sent_again(answer["UnprocessedItems"], table, keys)
-        if not pending:
-            return
-        pause = random.uniform(0, wait)  # full jitter, as DynamoDB advises for unprocessed items
-        _out_of_time(
-            deadline, f"the deadline came before {len(pending)} unprocessed memberships were sent again", pause
-        )
-        time.sleep(pause)
-        wait = min(wait * 2, max_wait)
-    raise TransientError(
-        f"BatchWriteItem: {len(pending)} memberships of {table!r} still unprocessed after {UNPROCESSED_TRIES} tries"
+        if pending:
+            raise _Unprocessed(len(pending))
+
+    def before_sleep(state: RetryCallState) -> None:
+        why = f"the deadline came before {len(pending)} unprocessed memberships were sent again"
+        _out_of_time(deadline, why, state.upcoming_sleep or 0.0)
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(_Unprocessed),
+        stop=stop_after_attempt(UNPROCESSED_TRIES),
+        wait=wait_random_exponential(multiplier=FIRST_WAIT_SECONDS, max=max_wait),  # full jitter, as DynamoDB advises
+        before_sleep=before_sleep,
     )
+    try:
+        retrying(send)
+    except RetryError:
+        raise TransientError(
+            f"BatchWriteItem: {len(pending)} memberships of {table!r} still unprocessed after {UNPROCESSED_TRIES} tries"
+        ) from None
+
+
+class _Unprocessed(Exception):
+    """DynamoDB left part of a BatchWriteItem unprocessed: send the rest again."""
 
 
 def _sent_again(unprocessed: Any, table: str, keys: list[Any]) -> list[WriteRequestTypeDef]:

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import base64
 import json
-import random
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
+
+from tenacity import (
+    RetryCallState,
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Part
@@ -87,7 +94,8 @@ def _read(
     aliases = {f"#a{i}": name for i, name in enumerate(wanted)}
     projection = ", ".join(aliases)
     pending = {ident: parts[0].item for ident, parts in by_key.items()}
-    for attempt in range(UNPROCESSED_ROUNDS):
+
+    def ask() -> None:
         keys: KeysAndAttributesTypeDef = {
             "Keys": list(pending.values()),
             "ConsistentRead": True,
@@ -111,10 +119,36 @@ def _read(
                 else:
                     part.answer(None)
             del pending[ident]
-        if not pending:
-            return
-        _back_off(attempt, deadline, len(pending))
-    raise TransientError(f"BatchGetItem: {len(pending)} keys still unprocessed after {UNPROCESSED_ROUNDS} calls")
+        if pending:
+            raise _Unprocessed(len(pending))
+
+    try:
+        _unprocessed_again(deadline, lambda: len(pending))(ask)
+    except RetryError:
+        raise TransientError(
+            f"BatchGetItem: {len(pending)} keys still unprocessed after {UNPROCESSED_ROUNDS} calls"
+        ) from None
+
+
+def _unprocessed_again(deadline: Deadline, left: Callable[[], int]) -> Retrying:
+    """Asking again while keys are left unprocessed: UNPROCESSED_ROUNDS calls at most, backing off with full jitter,
+    never into the time a last call needs before ``deadline``."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        if deadline.remaining() <= (state.upcoming_sleep or 0.0) + SAFETY_SECONDS:
+            raise OutOfTimeError(f"BatchGetItem: {left()} keys unprocessed and no time left to ask again")
+
+    first, longest = UNPROCESSED_BACKOFF_SECONDS
+    return Retrying(
+        retry=retry_if_exception_type(_Unprocessed),
+        stop=stop_after_attempt(UNPROCESSED_ROUNDS),
+        wait=wait_random_exponential(multiplier=first, max=longest),
+        before_sleep=before_sleep,
+    )
+
+
+class _Unprocessed(Exception):
+    """DynamoDB left some keys of a BatchGetItem unprocessed: ask for them again."""
 
 
 def _items(response: Mapping[str, Any], table: str) -> list[dict[str, Any]]:
@@ -148,14 +182,6 @@ def _answer(
         return
     for part in parts:
         part.answer(live)
-
-
-def _back_off(attempt: int, deadline: Deadline, left: int) -> None:
-    first, longest = UNPROCESSED_BACKOFF_SECONDS
-    wait = random.uniform(0, min(longest, first * 2**attempt))
-    if deadline.remaining() <= wait + SAFETY_SECONDS:
-        raise OutOfTimeError(f"BatchGetItem: {left} keys unprocessed and no time left to ask again")
-    time.sleep(wait)
 
 
 def key_id(keys: dict[str, Any]) -> str:
