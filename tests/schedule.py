@@ -33,7 +33,7 @@ from cleanup.aws.clients import Clients
 from schemas.settings import Settings
 from tests.faults import RawBody
 
-EMPTY_SUCCESS = {"DeleteConnection", "RetireGrant", "DeleteObject"}
+EMPTY_SUCCESS = {"DeleteConnection", "RetireGrant", "DeleteObject", "DeleteItem"}
 DESTRUCTIVE = {"DeleteConnection", "RetireGrant", "DeleteObjects", "DeleteObject", "BatchWriteItem", "DeleteItem"}
 WAITED_AT_MOST = 0.4
 """The longest a destructive attempt may follow the read that allowed it: the permit's bound (0.25 s) and room for
