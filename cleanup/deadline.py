@@ -32,5 +32,10 @@ class Deadline:
         """The same deadline ``seconds`` later (for reporting, which may use part of the margin kept for it)."""
         return self if self.at is None else Deadline(self.at + seconds)
 
+    def for_reporting(self) -> Deadline:
+        """The same deadline moved into the margin kept after it: reporting may use all of it but ANSWER_MARGIN_SECONDS,
+        which is left for answering the invocation."""
+        return self.extended(SAFETY_MARGIN_SECONDS - ANSWER_MARGIN_SECONDS)
+
     def remaining(self) -> float:
         return float("inf") if self.at is None else self.at - time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from cleanup.core.pipeline import Incoming, paused, process_batch
-from cleanup.deadline import ANSWER_MARGIN_SECONDS, SAFETY_MARGIN_SECONDS, Deadline
+from cleanup.deadline import Deadline
 from cleanup.queues.backlog import defer
 from cleanup.queues.deadletter import dead_letter
 from cleanup.runtime import Runtime
@@ -48,7 +48,7 @@ def run_batch(
     outcomes = process_batch(records, runtime, deadline) if held is None else paused(records, runtime, held)
     due = None if give_up is None else {o.sequence_number for o in outcomes if o.failed and give_up(o)}
     # Reporting may use the margin the deadline keeps before the invocation's end, but for the time to answer.
-    reporting = deadline.extended(SAFETY_MARGIN_SECONDS - ANSWER_MARGIN_SECONDS)
+    reporting = deadline.for_reporting()
     outcomes = dead_letter(outcomes, records, runtime, only=due, attempts=attempts, deadline=reporting)
     # The backlog hook: what could only wait (a quota, time) leaves the stream for the backlog queue, with its
     # actions left (cleanup.queues.backlog); records given up on above are dead-lettered, not deferred.
