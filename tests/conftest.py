@@ -12,6 +12,7 @@ from cleanup.aws import permits
 from cleanup.telemetry import LOGGER_NAME
 from schemas.settings import Settings
 from tests.stack import SessionStack
+from tests.versions import VERSION_MODULES
 from worker.local.backend import LocalAws
 from worker.local.gateway import LocalGateway
 
@@ -84,3 +85,10 @@ def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionS
     }.items():
         monkeypatch.setenv(name, value)
     return stack
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the version tests (``tests.versions``): CI's version tiers run them (``pytest -m versions``)."""
+    for item in items:
+        if item.path.stem in VERSION_MODULES:
+            item.add_marker(pytest.mark.versions)
