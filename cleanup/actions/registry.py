@@ -30,17 +30,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tenacity import (
-    RetryCallState,
-    RetryError,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState, RetryError
 
 from cleanup.actions.registry_binding import held_by
 from cleanup.aws.calls import call
+from cleanup.aws.retry import Unprocessed, unprocessed_again
 from cleanup.core.action_api import ActionKind, Context, Gate, Holding, Host, Orphan, Step
 from cleanup.core.guard import connection_id as connection_id_of
 from cleanup.core.guard import session_id as session_id_of
@@ -232,28 +226,18 @@ def _delete(
             raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
         pending = _sent_again(answer["UnprocessedItems"], table, keys)
         if pending:
-            raise _Unprocessed(len(pending))
+            raise Unprocessed(f"{len(pending)} memberships")
 
     def before_sleep(state: RetryCallState) -> None:
         why = f"the deadline came before {len(pending)} unprocessed memberships were sent again"
         _out_of_time(deadline, why, state.upcoming_sleep or 0.0)
 
-    retrying = Retrying(
-        retry=retry_if_exception_type(_Unprocessed),
-        stop=stop_after_attempt(UNPROCESSED_TRIES),
-        wait=wait_random_exponential(multiplier=FIRST_WAIT_SECONDS, max=max_wait),  # full jitter, as DynamoDB advises
-        before_sleep=before_sleep,
-    )
     try:
-        retrying(send)
+        unprocessed_again(UNPROCESSED_TRIES, FIRST_WAIT_SECONDS, max_wait, before_sleep)(send)
     except RetryError:
         raise TransientError(
             f"BatchWriteItem: {len(pending)} memberships of {table!r} still unprocessed after {UNPROCESSED_TRIES} tries"
         ) from None
-
-
-class _Unprocessed(Exception):
-    """DynamoDB left part of a BatchWriteItem unprocessed: send the rest again."""
 
 
 def _sent_again(unprocessed: Any, table: str, keys: list[Any]) -> list[WriteRequestTypeDef]:

@@ -14,18 +14,12 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
-from tenacity import (
-    RetryCallState,
-    RetryError,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState, RetryError, Retrying
 
 from cleanup.aws.calls import call
 from cleanup.aws.coalesce import Part
 from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
+from cleanup.aws.retry import Unprocessed, unprocessed_again
 from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
 from schemas.attributes import AttributeDecodeError, decode_image
@@ -120,7 +114,7 @@ def _read(
                     part.answer(None)
             del pending[ident]
         if pending:
-            raise _Unprocessed(len(pending))
+            raise Unprocessed(f"{len(pending)} keys")
 
     try:
         _unprocessed_again(deadline, lambda: len(pending))(ask)
@@ -131,24 +125,14 @@ def _read(
 
 
 def _unprocessed_again(deadline: Deadline, left: Callable[[], int]) -> Retrying:
-    """Asking again while keys are left unprocessed: UNPROCESSED_ROUNDS calls at most, backing off with full jitter,
-    never into the time a last call needs before ``deadline``."""
+    """Asking again while keys are left unprocessed: UNPROCESSED_ROUNDS calls at most, never into the time a last call
+    needs before ``deadline``."""
 
     def before_sleep(state: RetryCallState) -> None:
         if deadline.remaining() <= (state.upcoming_sleep or 0.0) + SAFETY_SECONDS:
             raise OutOfTimeError(f"BatchGetItem: {left()} keys unprocessed and no time left to ask again")
 
-    first, longest = UNPROCESSED_BACKOFF_SECONDS
-    return Retrying(
-        retry=retry_if_exception_type(_Unprocessed),
-        stop=stop_after_attempt(UNPROCESSED_ROUNDS),
-        wait=wait_random_exponential(multiplier=first, max=longest),
-        before_sleep=before_sleep,
-    )
-
-
-class _Unprocessed(Exception):
-    """DynamoDB left some keys of a BatchGetItem unprocessed: ask for them again."""
+    return unprocessed_again(UNPROCESSED_ROUNDS, *UNPROCESSED_BACKOFF_SECONDS, before_sleep)
 
 
 def _items(response: Mapping[str, Any], table: str) -> list[dict[str, Any]]:

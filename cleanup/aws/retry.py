@@ -10,6 +10,7 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     retry_if_not_exception_type,
+    stop_after_attempt,
     wait_random_exponential,
 )
 from tenacity.stop import stop_base
@@ -80,3 +81,22 @@ def call_with_retry(
         reraise=True,
     )
     return retrying(again)
+
+
+class Unprocessed(Exception):
+    """DynamoDB left part of a batch request unprocessed (``UnprocessedKeys``, ``UnprocessedItems``): send the rest
+    again (``unprocessed_again``)."""
+
+
+def unprocessed_again(
+    tries: int, first: float, longest: float, before_sleep: Callable[[RetryCallState], None]
+) -> Retrying:
+    """Sending a batch request again while it raises ``Unprocessed``: ``tries`` calls at most, each wait drawn at
+    random up to ``first`` doubling to ``longest`` (full jitter, as DynamoDB advises), ``before_sleep`` called before
+    each (to stop at the deadline). Any other error ends it at once; running out of tries raises ``RetryError``."""
+    return Retrying(
+        retry=retry_if_exception_type(Unprocessed),
+        stop=stop_after_attempt(tries),
+        wait=wait_random_exponential(multiplier=first, max=longest),
+        before_sleep=before_sleep,
+    )

@@ -57,22 +57,6 @@ from schemas.outcomes import ActionStatus
 from schemas.session import Session
 from schemas.settings import Settings
 
-__all__ = [
-    "API_VERSION",
-    "ActionKind",
-    "Context",
-    "Gate",
-    "Guard",
-    "Holding",
-    "Host",
-    "Orphan",
-    "ReadOnlyClients",
-    "Run",
-    "Sender",
-    "Shared",
-    "Step",
-]
-
 API_VERSION = 2
 """The API's major version: a kind declaring another one is refused at start."""
 
