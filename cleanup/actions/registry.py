@@ -107,7 +107,7 @@ def prune(
             kept += foreign
             for start in range(0, len(keys), BATCH):
                 _out_of_time(deadline, "the deadline came before the next batch")
-                _delete(dynamodb, registry.table, keys[start : start + BATCH], deadline, permit, max_wait)
+                _delete_all(dynamodb, registry.table, keys[start : start + BATCH], deadline, permit, max_wait)
                 deleted += len(keys[start : start + BATCH])
     except NowHeldError as exc:
         raise NowHeldError(str(exc), deleted) from exc
@@ -141,7 +141,7 @@ def remove(
     deleted = 0
     for start in range(0, len(keys), BATCH):
         _out_of_time(deadline, "the deadline came before the next batch")
-        _delete(dynamodb, table, list(keys[start : start + BATCH]), deadline, permit, max_wait)
+        _delete_all(dynamodb, table, list(keys[start : start + BATCH]), deadline, permit, max_wait)
         deleted += len(keys[start : start + BATCH])
     return deleted
 
@@ -211,20 +211,17 @@ def _names(key: dict[str, Any], connection_id: str) -> bool:
     return any(connection_id in text.split("#") for text in texts)
 
 
-def _delete(
+def _delete_all(
     dynamodb: DynamoDBClient, table: str, keys: list[Any], deadline: Deadline, permit: Gate, max_wait: float
 ) -> None:
+    """Delete the memberships under ``keys`` (one BatchWriteItem), and again what DynamoDB leaves unprocessed."""
     pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
         {"DeleteRequest": {"Key": key}} for key in keys
     ]
 
     def send() -> None:
         nonlocal pending
-        with permit.sending(deadline):  # every try asks its own permit where it leaves
-            answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
-        if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
-            raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
-        pending = _sent_again(answer["UnprocessedItems"], table, keys)
+        pending = _delete(dynamodb, table, pending, keys, deadline, permit)
         if pending:
             raise Unprocessed(f"{len(pending)} memberships")
 
@@ -238,6 +235,22 @@ def _delete(
         raise TransientError(
             f"BatchWriteItem: {len(pending)} memberships of {table!r} still unprocessed after {UNPROCESSED_TRIES} tries"
         ) from None
+
+
+def _delete(
+    dynamodb: DynamoDBClient,
+    table: str,
+    pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef],
+    keys: list[Any],
+    deadline: Deadline,
+    permit: Gate,
+) -> list[WriteRequestTypeDef]:
+    """One BatchWriteItem of ``pending``, its permit asked where it leaves; what DynamoDB left unprocessed."""
+    with permit.sending(deadline):
+        answer = call(dynamodb.batch_write_item, "BatchWriteItem", deadline, RequestItems={table: pending})
+    if "UnprocessedItems" not in answer:  # always there, empty when all went: a garbled answer cannot tell
+        raise TransientError(f"BatchWriteItem: an answer without UnprocessedItems for {table!r}: cannot tell")
+    return _sent_again(answer["UnprocessedItems"], table, keys)
 
 
 def _sent_again(unprocessed: Any, table: str, keys: list[Any]) -> list[WriteRequestTypeDef]:
