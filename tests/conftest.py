@@ -90,5 +90,6 @@ def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionS
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the version tests (``tests.versions``): CI's version tiers run them (``pytest -m versions``)."""
     for item in items:
-        if item.path.stem in VERSION_MODULES:
+        test = getattr(item, "originalname", item.name)
+        if item.path.stem in VERSION_MODULES or f"{item.path.stem}::{test}" in VERSION_MODULES:
             item.add_marker(pytest.mark.versions)

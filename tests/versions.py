@@ -3,7 +3,8 @@ tiers run again at the lowest versions, at the runtime lock's on Python 3.12 and
 (``scripts/tiers``; ``pytest -m versions``). Every other module tests the worker's own logic, the same on every
 version: the full suite runs it once.
 
-Each module is listed with what in it depends on a version.
+Each module (or, for a module whose other tests exercise the worker's own logic, each test: ``module::test``) is listed
+with what in it depends on a version.
 """
 
 from __future__ import annotations
@@ -39,7 +40,16 @@ VERSION_MODULES: dict[str, str] = {
     "test_lambda_handler": "the handler end to end through botocore against moto",
     "test_killswitch": "the AppConfig agent's answers over http.client",
     "test_gateway": "the local WebSocket gateway (aiohttp, hypercorn, websockets)",
-    "test_kcl": "the KCL's MultiLangDaemon protocol (amazon_kclpy)",
+    # The KCL's MultiLangDaemon protocol and checkpointer (amazon_kclpy); the module's other tests are the in-place
+    # retries' logic, the same on every version.
+    "test_kcl::test_a_batch_of_deletes_is_cleaned_and_checkpointed_at_its_last_record": "the protocol's round trip",
+    "test_kcl::test_stdout_carries_only_protocol_messages": "what the protocol reads on stdout",
+    "test_kcl::test_shutdown_requested_checkpoints_what_is_done": "the shutdown-requested call",
+    "test_kcl::test_shard_end_is_checkpointed_when_every_record_is_clean": "the shard-end call",
+    "test_kcl::test_lease_lost_stops_without_a_checkpoint": "the checkpointer's lease-lost exception",
+    "test_kcl::test_a_checkpoint_refused_other_than_for_a_lost_lease_exits_without_acknowledging_the_batch": (
+        "the checkpointer's other exceptions"
+    ),
     "test_telemetry": "logging's records and JSON formatting",
     "test_property": "hypothesis' strategies",
 }
