@@ -26,7 +26,6 @@ of a mode taken from the flag is logged once and counted (``ModeChanges``, dimen
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import socket
 import threading
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote, urlsplit
 
+from cleanup.actions.bounded_http import BoundedSocket
 from cleanup.telemetry import Metrics, log
 from schemas.settings import CleanupMode, Settings
 
@@ -120,7 +120,7 @@ def fetch(url: str, timeout: float = AGENT_TIMEOUT_SECONDS) -> bytes:
     with socket.create_connection((parts.hostname or "localhost", parts.port or 80), timeout=timeout) as sock:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         sock.sendall(request.encode("ascii"))
-        answer = http.client.HTTPResponse(_Bounded(sock, deadline), method="GET")  # type: ignore[arg-type]
+        answer = http.client.HTTPResponse(BoundedSocket(sock, deadline), method="GET")  # type: ignore[arg-type]
         answer.begin()
         if answer.status != 200:
             raise OSError(f"the agent answered {answer.status} {answer.reason}")
@@ -130,34 +130,6 @@ def fetch(url: str, timeout: float = AGENT_TIMEOUT_SECONDS) -> bytes:
         if answer.length:  # read(n) returns a body cut short of its Content-Length as it is: it is not the flag
             raise http.client.IncompleteRead(body, answer.length)
         return bytes(body)
-
-
-class _Bounded:
-    """A connected socket that ``http.client`` reads through: every read ends by ``deadline`` (a socket timeout only
-    bounds the wait for each byte, and an answer trickled a byte at a time would never end)."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_BoundedReader(self._sock, self._deadline))
-
-
-class _BoundedReader(io.RawIOBase):
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the agent did not answer in time")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
 
 
 class KillSwitch:

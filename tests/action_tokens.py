@@ -17,6 +17,7 @@ import boto3
 
 from cleanup.actions.api import ActionKind, Context, Gate, Holding, Step
 from cleanup.deadline import Deadline
+from cleanup.exceptions import TransientError
 from schemas.outcomes import ActionStatus
 from schemas.session import Session
 
@@ -50,9 +51,20 @@ class Tokens(ActionKind):
 
     def free(self, gate: Gate, table: str, token: str, deadline: Deadline) -> ActionStatus:
         answer = gate.aws(
-            deadline, "dynamodb", "DeleteItem", TableName=table, Key=token_key(token), ReturnValues="ALL_OLD"
+            deadline,
+            "dynamodb",
+            "DeleteItem",
+            gone=("ConditionalCheckFailedException",),  # no such item: already gone
+            TableName=table,
+            Key=token_key(token),
+            ConditionExpression="attribute_exists(pk)",
+            ReturnValues="ALL_OLD",
         )
-        return ActionStatus.DONE if answer.get("Attributes") else ActionStatus.ALREADY_DONE
+        if answer is None:
+            return ActionStatus.ALREADY_DONE
+        if not answer.get("Attributes"):  # a deletion answers what it deleted: a cut answer cannot tell
+            raise TransientError("DeleteItem: an answer without the item it deleted: cannot tell")
+        return ActionStatus.DONE
 
     def holding(self, resource: str, live: Session, location: Any) -> Holding:
         return Holding.HELD if live.value("tokenId") == resource else Holding.FREE

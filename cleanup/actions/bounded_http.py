@@ -71,7 +71,7 @@ def exchange(
             before_send()
         sock.settimeout(_left(deadline))
         sock.sendall(_request(method, url, headers))
-        answer = http.client.HTTPResponse(_Bounded(sock, deadline), method=method)  # type: ignore[arg-type]
+        answer = http.client.HTTPResponse(BoundedSocket(sock, deadline), method=method)  # type: ignore[arg-type]
         answer.begin()
         failed = not 200 <= answer.status < 300 and answer.status != 304  # a 2xx body tells nothing more
         body = answer.read(BODY_BYTES) if failed and method != "HEAD" else b""
@@ -96,8 +96,9 @@ def _left(deadline: float) -> float:
     return left
 
 
-class _Bounded:
-    """A connected socket that ``http.client`` reads through: every read ends by ``deadline``."""
+class BoundedSocket:
+    """A connected socket that ``http.client`` reads through: every read ends by ``deadline`` (``time.monotonic()``;
+    a socket timeout only bounds the wait for each byte, and an answer trickled a byte at a time would never end)."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock

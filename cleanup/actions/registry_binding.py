@@ -67,12 +67,14 @@ def _read(
     found: dict[str, dict[str, Any]] = {}
 
     def ask() -> None:
-        request = {"Keys": pending, "ConsistentRead": True, "ProjectionExpression": ", ".join(aliases)}
+        request: Any = {
+            "Keys": pending,
+            "ConsistentRead": True,
+            "ProjectionExpression": ", ".join(aliases),
+            "ExpressionAttributeNames": aliases,
+        }
         answer: Mapping[str, Any] = call(
-            dynamodb.batch_get_item,
-            "BatchGetItem",
-            deadline,
-            RequestItems={registry.table: {**request, "ExpressionAttributeNames": aliases}},  # type: ignore[dict-item]
+            dynamodb.batch_get_item, "BatchGetItem", deadline, RequestItems={registry.table: request}
         )
         for item in _items(answer, registry.table):
             found[key_text({name: item.get(name) for name in registry.keys})] = item

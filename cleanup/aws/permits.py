@@ -25,6 +25,7 @@ targets by exact name or by prefix (a scratch page's permit covers every key und
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from cleanup.exceptions import PermanentError, TransientError
@@ -60,7 +62,17 @@ class Permit:
     reading: int = 0
 
     def allows(self, target: str) -> bool:
-        return target in self.covers or any(target.startswith(prefix) for prefix in self.prefixes)
+        if target in self.covers:
+            return True
+        ordered = self._ordered
+        at = bisect.bisect_right(ordered, target)  # the greatest prefix not after it: its folder, among disjoint ones
+        if at and target.startswith(ordered[at - 1]):
+            return True
+        return any(target.startswith(prefix) for prefix in self.prefixes)
+
+    @cached_property
+    def _ordered(self) -> list[str]:
+        return sorted(self.prefixes)
 
     def age(self, now: float) -> float:
         return 0.0 if self.read_at is None else now - self.read_at

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, TypeVar
 
 from cleanup.aws.retry import call_with_retry
 from cleanup.core.action_api import Context, Holding, Run, Step
@@ -121,11 +121,22 @@ def _bounded(
     reported (transient) instead of waited for, its gates closed so that it frees nothing more."""
     if runtime.built_in(step.kind):
         return run(deadline)
-    future = runtime.plugin_executor.submit(run, deadline)
+    return waited(runtime.plugin_executor.submit(run, deadline), step, runtime, deadline, fence)
+
+
+T = TypeVar("T")
+
+
+def waited(future: Future[T], step: Step, runtime: Process, deadline: Deadline, fence: Fence) -> T:
+    """``future``'s result, waited for until ``step_bound``.
+
+    Raises:
+        TransientError: the step is still running: not waited for, its gates closed so that it frees nothing more.
+    """
     try:
         return future.result(timeout=step_bound(runtime, deadline))
     except FutureTimeout:
-        why = f"{step.action}: still running at its bound, not waited for; its gates are closed"
+        why = f"{step.action}: still running at the record's bound, not waited for; its gates are closed"
         for gate in fence.gates(step.action, step.resource):
             gate.close(why)
         raise TransientError(why) from None
@@ -182,12 +193,9 @@ def _waited(
     future: Future[ActionResult], step: Step, runtime: Process, deadline: Deadline, fence: Fence
 ) -> ActionResult:
     try:
-        return future.result(timeout=step_bound(runtime, deadline))
-    except FutureTimeout:
-        why = f"{step.action}: still running at the record's bound, not waited for; its gates are closed"
-        for gate in fence.gates(step.action, step.resource):
-            gate.close(why)
-        return _failed(step, TransientError(why))
+        return waited(future, step, runtime, deadline, fence)
+    except TransientError as exc:
+        return _failed(step, exc)
 
 
 _HELD = {"heldBy": "live session"}
