@@ -1,4 +1,4 @@
-"""DynamoDB AttributeValue decoding, strict and fast.
+"""DynamoDB AttributeValue decoding, strict.
 
 Decodes the JSON form of an AttributeValue (as DynamoDB Streams, Lambda and Kinesis deliver it: binary values are
 base64 strings) into Python values equal to what boto3's ``TypeDeserializer`` returns for the same valid input:
@@ -9,7 +9,8 @@ Unlike boto3 it rejects what DynamoDB could never have stored: a number that is 
 38 digits of precision or its exponent range, a malformed base64 string, a type tag it does not know, an empty or
 duplicated set. The error names the attribute path (``OldImage.meta.tags[2]``) so the failing record says why.
 
-No decimal context is created per value: numbers are checked by syntax and then built with ``Decimal(str)``, which is
+The worker decodes only the attributes it reads (``decode_image``'s ``attributes``), so an item's other attributes
+cost nothing and cannot fail its record. Numbers are checked by syntax and then built with ``Decimal(str)``, which is
 exact.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -150,27 +151,6 @@ def decode_value(attribute: object, path: str = "value") -> Any:
     Raises:
         AttributeDecodeError: the value is not a valid AttributeValue; the message names ``path``.
     """
-    try:
-        return _fast(attribute)
-    except (_Unusual, AttributeDecodeError):
-        return _checked(attribute, path)  # again, naming the path of what is wrong
-
-
-def decode_image(image: Mapping[str, Any], name: str = "Image") -> dict[str, Any]:
-    """Decode a whole item image (``Keys``, ``OldImage``, ``NewImage``) into a plain dict.
-
-    Raises:
-        AttributeDecodeError: an attribute is malformed; the message names ``<name>.<attribute>``.
-    """
-    if not isinstance(image, Mapping):
-        raise AttributeDecodeError(name, "image is not an object")
-    try:
-        return _fast_image(image)
-    except (_Unusual, AttributeDecodeError):
-        return {attr: _checked(value, f"{name}.{attr}") for attr, value in image.items()}
-
-
-def _checked(attribute: object, path: str) -> Any:
     if type(attribute) is not dict or len(attribute) != 1:
         raise AttributeDecodeError(path, f"expected an object with exactly one type tag, got {attribute!r:.80}")
     ((tag, value),) = attribute.items()
@@ -180,88 +160,16 @@ def _checked(attribute: object, path: str) -> Any:
     return decoder(value, path)
 
 
-# The fast path. Building every attribute's path string up front cost more than decoding it, so valid values are
-# decoded without paths; the first sign of anything wrong (_Unusual, or an AttributeDecodeError from a shared
-# decoder) restarts the whole image on the checked path above, which accepts exactly the same values and names the
-# culprit. The common tags are inlined; the others go through the checked decoders themselves.
-class _Unusual(Exception):
-    pass
+def decode_image(
+    image: Mapping[str, Any], name: str = "Image", attributes: Collection[str] | None = None
+) -> dict[str, Any]:
+    """Decode an item image (``Keys``, ``OldImage``, ``NewImage``) into a plain dict: only the ``attributes`` named
+    (those the reader reads: the others are neither decoded nor judged), or all of them (None).
 
-
-# A plain numeral of at most 38 characters has at most 38 digits and an exponent well inside DynamoDB's range, so
-# Decimal(text) needs none of decode_number's checks.
-_PLAIN_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
-_PLAIN_NUMBER_MAX = MAX_DIGITS
-
-
-def _fast_string_set(members: list[Any]) -> set[Any]:
-    if not all(type(member) is str for member in members):
-        raise _Unusual
-    return set(members)
-
-
-def _fast_number_set(members: list[Any]) -> set[Any]:
-    if not all(type(member) is str and len(member) <= _PLAIN_NUMBER_MAX and _plain(member) for member in members):
-        raise _Unusual
-    return {Decimal(member) for member in members}
-
-
-def _fast_binary_set(members: list[Any]) -> set[Any]:
-    if not all(type(member) is str for member in members):
-        raise _Unusual
-    try:  # what base64.b64decode(validate=True) does for a str, without its Python layers
-        return {binascii.a2b_base64(member, strict_mode=True) for member in members}
-    except (binascii.Error, ValueError):
-        raise _Unusual from None
-
-
-_FAST_SETS: dict[str, Callable[[list[Any]], set[Any]]] = {
-    "SS": _fast_string_set,
-    "NS": _fast_number_set,
-    "BS": _fast_binary_set,
-}
-
-
-def _plain(number: str) -> bool:
-    return (number.isascii() and number.isdigit()) or _PLAIN_NUMBER.fullmatch(number) is not None
-
-
-def _fast_image(image: Mapping[str, Any]) -> dict[str, Any]:
-    decoded = {}
-    for attr, attribute in image.items():
-        # Most attributes of an item are strings: a dict lookup instead of a call.
-        if type(attribute) is dict and len(attribute) == 1 and type(text := attribute.get("S")) is str:
-            decoded[attr] = text
-        else:
-            decoded[attr] = _fast(attribute)
-    return decoded
-
-
-def _fast(attribute: object) -> Any:
-    if type(attribute) is not dict or len(attribute) != 1:
-        raise _Unusual
-    for tag, value in attribute.items():
-        kind = type(value)
-        if tag == "S" and kind is str:
-            return value
-        if tag == "N" and kind is str and len(value) <= _PLAIN_NUMBER_MAX and _plain(value):
-            return Decimal(value)
-        if tag == "M" and kind is dict:
-            return {name: _fast(member) for name, member in value.items()}
-        if tag == "L" and kind is list:
-            return [_fast(member) for member in value]
-        if tag == "BOOL" and kind is bool:
-            return value
-        return _fast_other(tag, value)
-    raise _Unusual
-
-
-def _fast_other(tag: str, value: Any) -> Any:
-    if tag in _FAST_SETS and type(value) is list and value:
-        members = _FAST_SETS[tag](value)
-        if len(members) == len(value):
-            return members
-    decoder = _DECODERS.get(tag)
-    if decoder is None:
-        raise _Unusual
-    return decoder(value, tag)
+    Raises:
+        AttributeDecodeError: a decoded attribute is malformed; the message names ``<name>.<attribute>``.
+    """
+    if not isinstance(image, Mapping):
+        raise AttributeDecodeError(name, "image is not an object")
+    wanted = image.keys() if attributes is None else [attr for attr in attributes if attr in image]
+    return {attr: decode_value(image[attr], f"{name}.{attr}") for attr in wanted}

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from schemas.attributes import decode_image
 from schemas.settings import AttributeNames
 
 
@@ -66,6 +67,18 @@ class Session(BaseModel):
             kms_key_id=_text(image, names.kms_key_id),
             callback_url=_text(image, names.callback_url),
         )
+
+    @classmethod
+    def decode(
+        cls, image: dict[str, Any], names: AttributeNames, own: tuple[str, ...] = (), name: str = "Image"
+    ) -> Session:
+        """Build from an image in AttributeValue form, decoding only the attributes a session is built from.
+
+        Raises:
+            AttributeDecodeError: one of them is not a valid AttributeValue (the message names it).
+            SessionItemError: one of them has the wrong type (the message names it).
+        """
+        return cls.from_image(decode_image(image, name, (*names.session, *own)), names, own)
 
     def value(self, name: str) -> Any:
         """The decoded value of an attribute of ``own`` (None when the image does not hold it)."""

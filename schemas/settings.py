@@ -157,6 +157,21 @@ class AttributeNames(_FromEnviron):
     younger than RECONCILE_GRACE_SECONDS, or without it."""
 
     @property
+    def session(self) -> tuple[str, ...]:
+        """The attributes a session is built from (``schemas.session.Session``): the only ones decoded of an item."""
+        return (
+            self.pk,
+            self.sk,
+            self.connection_id,
+            self.scratch_prefix,
+            self.grant_id,
+            self.tenant_id,
+            self.ttl,
+            self.kms_key_id,
+            self.callback_url,
+        )
+
+    @property
     def resources(self) -> tuple[str, ...]:
         """Attributes that hold something to clean; an image with none of them is not a session."""
         return (self.connection_id, self.scratch_prefix, self.grant_id)

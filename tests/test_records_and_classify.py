@@ -147,6 +147,14 @@ def test_a_malformed_image_value_fails_naming_the_attribute() -> None:
         classify(parse_record(raw), SETTINGS)
 
 
+def test_only_the_attributes_a_session_is_built_from_are_decoded() -> None:
+    raw = change()
+    raw["dynamodb"]["OldImage"]["history"] = {"N": "NaN"}  # the application's own: the worker never reads it
+    decision = classify(parse_record(raw), SETTINGS)
+    assert decision.session is not None
+    assert decision.session.grant_id == raw["dynamodb"]["OldImage"]["grantId"]["S"]
+
+
 def test_a_session_attribute_of_the_wrong_type_fails_naming_it() -> None:
     raw = change()
     raw["dynamodb"]["OldImage"]["grantId"] = {"N": "5"}

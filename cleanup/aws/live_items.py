@@ -22,7 +22,7 @@ from cleanup.aws.pacing import CONNECT_TIMEOUT_SECONDS, MIN_READ_SECONDS
 from cleanup.aws.retry import Unprocessed, unprocessed_again
 from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, CleanupError, OutOfTimeError, PermanentError, TransientError
-from schemas.attributes import AttributeDecodeError, decode_image
+from schemas.attributes import AttributeDecodeError
 from schemas.session import Session, SessionItemError
 from schemas.settings import AttributeNames
 
@@ -158,7 +158,7 @@ def _answer(
     parts: list[Part[dict[str, Any], Session | None]], item: dict[str, Any], names: AttributeNames, own: tuple[str, ...]
 ) -> None:
     try:
-        live = Session.from_image(decode_image(item, "LiveItem"), names, own)
+        live = Session.decode(item, names, own, "LiveItem")
     except (AttributeDecodeError, SessionItemError) as exc:
         unreadable = BadRecordError(f"live item under the same key is unreadable: {exc}")
         for part in parts:

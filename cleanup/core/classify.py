@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cleanup.core.region import here as this_region
 from cleanup.core.region import home
 from cleanup.exceptions import BadRecordError
-from schemas.attributes import AttributeDecodeError, decode_image
+from schemas.attributes import AttributeDecodeError
 from schemas.outcomes import Reason
 from schemas.records import Source, StreamRecord
 from schemas.session import Session, SessionItemError, SessionShape
@@ -96,7 +96,7 @@ def classify(
     if not any(name in record.old_image for name in shape.resources):
         return Decision(key, skip_reason="not a session: the old image has none of the session attributes")
     try:
-        session = Session.from_image(decode_image(record.old_image, "OldImage"), names, shape.extra)
+        session = Session.decode(record.old_image, names, shape.extra, "OldImage")
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(str(exc)) from exc
     _check_keys(record, record.old_image)

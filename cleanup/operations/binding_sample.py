@@ -25,7 +25,6 @@ from cleanup.core.guard import grant_key, resolve_prefix, session_id
 from cleanup.deadline import Deadline
 from cleanup.exceptions import PermanentError, UnboundResourceError
 from cleanup.operations.preflight import CheckResult, Target
-from schemas.attributes import decode_image
 from schemas.session import Session
 from schemas.settings import Binding, Settings
 
@@ -96,7 +95,7 @@ def sample(clients: Clients, target: Target, settings: Settings) -> Tally | None
         if tally.sessions >= SAMPLE or not_a_session_key(dict(item), settings) is not None:
             continue
         try:
-            session = Session.from_image(decode_image(item), settings.attributes)
+            session = Session.decode(item, settings.attributes)
         except ValueError:
             continue  # an item the worker could not read either: no binding decides it
         tally.sessions += 1

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cleanup.aws.calls import call
 from cleanup.deadline import Deadline
 from cleanup.exceptions import BadRecordError, TransientError
-from schemas.attributes import AttributeDecodeError, decode_image
+from schemas.attributes import AttributeDecodeError
 from schemas.session import Session, SessionItemError
 from schemas.settings import AttributeNames
 
@@ -68,6 +68,6 @@ def partition(
     if any(item.get(name) != value for name, value in key.items()):
         return Found(other=True)
     try:
-        return Found(Session.from_image(decode_image(item, "LiveItem"), names, extra))
+        return Found(Session.decode(item, names, extra, "LiveItem"))
     except (AttributeDecodeError, SessionItemError) as exc:
         raise BadRecordError(f"the session's item is unreadable: {exc}") from exc
