@@ -194,22 +194,22 @@ def batch_write(stack: SessionStack, requests: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # 40,000 calls to moto on a loaded 2-core machine: a bound, not a measure
-def test_a_batch_of_10000_records_with_unnamed_grants_is_cleaned_by_default_and_its_redelivery_is_already_done(
+@pytest.mark.timeout(600)  # 8,000 calls to moto on a loaded 2-core machine: a bound, not a measure
+def test_a_batch_of_2000_records_with_unnamed_grants_is_cleaned_by_default_and_its_redelivery_is_already_done(
     stack: SessionStack,
 ) -> None:
-    """10,000 REMOVE records in one Lambda event: 9,999 sessions of the common shape, each with a socket and every
-    fifth with an unnamed grant made for the worker (2,000 grants), and one item naming a grant named for another
-    session. Measured on a
-    loaded 2-core machine against moto: the first delivery retires the 2,000 grants and cleans every session, the
-    redelivery finds them all done, and the other session's grant is kept in both."""
+    """2,000 REMOVE records in one Lambda event: 1,999 sessions of the common shape, each with a socket and every
+    fifth with an unnamed grant made for the worker (400 grants), and one item naming a grant named for another
+    session. Against moto: the first delivery retires the 400 grants and cleans every session, the redelivery finds
+    them all done, and the other session's grant is kept in both. (The worker's memory and time in a batch of 10,000,
+    Lambda's largest, are the benchmarks' ``benchmarks/invoke.py``.)"""
     victims = stack.kms.create_grant(
         KeyId=stack.key_arn, GranteePrincipal=AGENT, Operations=["Decrypt"], Name="session:victim"
     )["GrantId"]
-    grants = {n: unnamed_grant(stack) for n in range(0, 9_999, 5)}
+    grants = {n: unnamed_grant(stack) for n in range(0, 1_999, 5)}
     items = [
         {"pk": f"session#b-{n}", "sk": "meta", "tenantId": "t1", "connectionId": f"C{n:014d}=", "ttl": 1_700_000_000}
-        for n in range(9_999)
+        for n in range(1_999)
     ]
     for n, grant in grants.items():
         items[n]["grantId"] = grant
@@ -223,12 +223,12 @@ def test_a_batch_of_10000_records_with_unnamed_grants_is_cleaned_by_default_and_
     first = run_batch(event, runtime)
     again = run_batch(event, runtime)
 
-    assert len(removes) == 10_000
+    assert len(removes) == 2_000
     for outcomes in (first, again):
         failed = [o for o in outcomes if o.status is not Status.CLEANED]
         assert [o.key for o in failed] == [f"{stack.table}:pk=session#holder,sk=meta"] and failed[0].permanent
     grant_results = [r for o in first for r in o.actions if r.action == "grant"]
-    assert sum(r.status is ActionStatus.DONE for r in grant_results) == 2_000
+    assert sum(r.status is ActionStatus.DONE for r in grant_results) == 400
     redelivered = [r for o in again for r in o.actions if r.action == "grant" and r.ok]
-    assert {r.status for r in redelivered} == {ActionStatus.ALREADY_DONE} and len(redelivered) == 2_000
+    assert {r.status for r in redelivered} == {ActionStatus.ALREADY_DONE} and len(redelivered) == 400
     assert stack.grant_ids() == {victims}
