@@ -2,6 +2,7 @@
 
 .venv/bin/python -m benchmarks.run            # the full run (~6 minutes on 2 cores)
 .venv/bin/python -m benchmarks.run --quick    # smaller sizes, for a first look
+.venv/bin/python -m benchmarks.run --smoke    # the smallest sizes: every section runs (CI's bench tier)
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Sizes:
 
 QUOTA_BATCH, QUOTA_EXPIRY = 5.0, 3.0
 FULL = Sizes(1000, 100, {1: 25, 4: 200, 16: 200, 64: 200}, 10_000, (1_000, 10_000), 10_000, 1000, 3)
+SMOKE = Sizes(100, 10, {1: 5, 4: 20, 16: 20, 64: 20}, 500, (1_000,), 500, 100, 1, 40, 30)
 BIG_PREFIX = 100_000  # moto lists a prefix in time proportional to the bucket: 100 pages of it take ~90 s
 QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1, 40, 30)
 BEFORE = "972c24c"  # the commit before calls were shared across sessions and CPU was trimmed
@@ -224,6 +226,7 @@ def memory_and_cold_start(world: World, sizes: Sizes) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description="Benchmarks of the session cleanup worker.")
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--smoke", action="store_true", help="the smallest sizes: only that every section runs")
     parser.add_argument("--big", action="store_true", help=f"also a prefix of {BIG_PREFIX:,} objects (~2 minutes)")
     parser.add_argument("--before", default=BEFORE, help=f"the commit to compare CPU with (default {BEFORE})")
     parser.add_argument(
@@ -233,12 +236,12 @@ def main() -> int:
     )
     parser.add_argument("--plot", type=Path, default=HERE / "throughput.png", help="where section 6's plot goes")
     args = parser.parse_args()
-    sizes = QUICK if args.quick else FULL
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
     if args.big:
         sizes = replace(sizes, prefixes=(*sizes.prefixes, BIG_PREFIX))
     os.environ.update(CREDENTIAL_ENV | {"AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"})
     started = time.perf_counter()
-    out(f"# Benchmarks ({'quick' if args.quick else 'full'} run)\n")
+    out(f"# Benchmarks ({'smoke' if args.smoke else 'quick' if args.quick else 'full'} run)\n")
     out(
         f"machine: {platform.processor() or platform.machine()}, {psutil.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}; "
