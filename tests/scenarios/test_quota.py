@@ -1,9 +1,10 @@
-"""Scenario 5: a mass expiry meets a KMS request quota (10 RetireGrant a second, throttled beyond, as the fault proxy
-enforces it). The worker learns the rate KMS allows and keeps to it: 150 sessions clean in one Lambda delivery, at
+"""Scenario 5: a mass expiry meets a KMS request quota (5 RetireGrant a second, throttled beyond, as the fault proxy
+enforces it). The worker learns the rate KMS allows and keeps to it: 100 sessions clean in one Lambda delivery, at
 close to the quota, with few requests throttled rather than most of them retried.
 
 The quota is well under the worker's own pace against moto even on a loaded machine (11.6 RetireGrant a second was
-seen while other tests ran beside it), so that what the test measures is the pacing, not the machine."""
+seen while other tests ran beside it; at a quota of 10 a second, a run on a machine running two suites at once met
+it at 105% with 108 of 258 requests throttled), so that what the test measures is the pacing, not the machine."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from worker import lambda_handler
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-SESSIONS = 150
-QUOTA = 10.0  # RetireGrant requests a second
-INVOCATION_SECONDS = 120.0  # time enough: 150 grants at 10 a second take 15 s
+SESSIONS = 100
+QUOTA = 5.0  # RetireGrant requests a second
+INVOCATION_SECONDS = 120.0  # time enough: 100 grants at 5 a second take 20 s
 
 
 def test_a_mass_expiry_under_a_kms_quota_is_clean_in_one_delivery_near_the_quota(world: World) -> None:
