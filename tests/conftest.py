@@ -90,7 +90,8 @@ def worker_env(stack: SessionStack, monkeypatch: pytest.MonkeyPatch) -> SessionS
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (the default): two workers a core. The suite's tests wait about half their time on servers,
     subprocesses and conditions (at one worker a core, the whole suite kept 54% of two cores busy), so a second
-    worker a core fills those waits; the tests hold under that load (each passes with another suite running beside)."""
+    worker a core fills those waits. That is the load of two suites at one worker a core, which the tests' bounds
+    allow for."""
     return 2 * (os.cpu_count() or 1)
 
 
@@ -101,13 +102,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the version tests (``tests.versions``): CI's version tiers run them (``pytest -m versions``). Then the
     long tests first (the slow tier's, and those long in a fresh venv): the workers steal the short ones from each
     other's queues (``--dist worksteal``), so no worker is left running a long test alone at the end."""
+
+    def test(item: pytest.Item) -> str:  # module::test, parameters left out
+        return f"{item.path.stem}::{getattr(item, 'originalname', item.name)}"
+
     for item in items:
-        test = getattr(item, "originalname", item.name)
-        if item.path.stem in VERSION_MODULES or f"{item.path.stem}::{test}" in VERSION_MODULES:
+        if item.path.stem in VERSION_MODULES or test(item) in VERSION_MODULES:
             item.add_marker(pytest.mark.versions)
-
-    def short(item: pytest.Item) -> bool:
-        test = f"{item.path.stem}::{getattr(item, 'originalname', item.name)}"
-        return item.get_closest_marker("slow") is None and test not in LONG_IN_A_FRESH_VENV
-
-    items.sort(key=short)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None and test(item) not in LONG_IN_A_FRESH_VENV)
