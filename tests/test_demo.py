@@ -16,13 +16,17 @@ from worker.demo import poll_line, sweep_line
 @pytest.mark.slow  # the whole demo, in a process of its own
 def test_the_demo_cleans_every_ended_session_and_leaves_live_ones_alone() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo", "--objects", "5"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "worker.cli", "demo", "--objects", "5"],
+            capture_output=True,
+            text=True,
+            timeout=120,  # a hang guard: 11 s on the idle 2-core machine, 19 s beside eight busy processes
+            env=env,
+        )
+    except subprocess.TimeoutExpired as hung:  # where it stopped: every line it wrote, not a cut repr
+        output = (hung.stderr or b"").decode(errors="replace") if isinstance(hung.stderr, bytes) else hung.stderr
+        pytest.fail(f"the demo did not end in {hung.timeout} s; it wrote:\n{output}")
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "10/10 ended sessions cleaned, 2 live sessions untouched, 0 problems" in result.stdout
