@@ -32,7 +32,10 @@ CREDENTIAL_ENV = {
 
 REGISTRY_TTL_SECONDS = 2 * 3600 + 600  # API Gateway's two-hour cap on a connection, and a margin
 
-_ttl_lock = threading.Lock()
+# Held by every stream write of the embedded server: moto numbers a record by its shard's length and appends it
+# with no lock, so two writes at once can get out of order (see serialize_stream_writes), and a TTL delete must
+# stamp the record its own delete produced.
+_stream_lock = threading.RLock()
 
 
 class LocalAws:
@@ -45,6 +48,7 @@ class LocalAws:
 
     def start(self) -> LocalAws:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request drowns everything else
+        serialize_stream_writes()
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
@@ -75,6 +79,28 @@ class LocalAws:
     def expire_by_ttl(self, table: str, key: dict[str, Any]) -> None:
         """Delete ``key`` (an AttributeValue key, e.g. ``{"pk": {"S": "session#1"}}``) as DynamoDB TTL would."""
         expire_by_ttl(table, key, self.region)
+
+
+def serialize_stream_writes() -> None:
+    """Make moto's stream writes one at a time, in this process (idempotent).
+
+    moto's ``StreamShard.add`` takes a record's sequence number from the shard's length and appends afterwards, with
+    no lock. The server handles requests in threads, so two writes at once (the demo's sweeper deleting while the
+    application writes) can append a higher number before a lower one. GetRecords indexes the shard by sequence
+    number, so an iterator then returns the same records again and again, and a poller never reaches the end.
+    """
+    from moto.dynamodb.models.table import StreamShard
+
+    add = StreamShard.add
+    if getattr(add, "serialized", False):
+        return
+
+    def serialized_add(self: StreamShard, old: Any, new: Any) -> None:
+        with _stream_lock:
+            add(self, old, new)
+
+    serialized_add.serialized = True  # type: ignore[attr-defined]
+    StreamShard.add = serialized_add  # type: ignore[method-assign]
 
 
 def create_session_table(
@@ -186,7 +212,7 @@ def expire_by_ttl(table: str, key: dict[str, Any], region: str, account_id: str 
     from moto.dynamodb.models import dynamodb_backends
 
     backend = dynamodb_backends[account_id][region]
-    with _ttl_lock:
+    with _stream_lock:
         moto_table = backend.get_table(table)
         shard = moto_table.stream_shard
         before = len(shard.items) if shard is not None else 0
