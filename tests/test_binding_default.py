@@ -227,8 +227,10 @@ def test_a_batch_of_2000_records_with_unnamed_grants_is_cleaned_by_default_and_i
     for outcomes in (first, again):
         failed = [o for o in outcomes if o.status is not Status.CLEANED]
         assert [o.key for o in failed] == [f"{stack.table}:pk=session#holder,sk=meta"] and failed[0].permanent
-    grant_results = [r for o in first for r in o.actions if r.action == "grant"]
-    assert sum(r.status is ActionStatus.DONE for r in grant_results) == 400
+    # Each of the 400 retired: DONE, or ALREADY_DONE when a retire's answer was lost to a timeout on a loaded machine
+    # and its retry found the grant gone (the grants left are checked below, as KMS lists them).
+    retired = [r for o in first for r in o.actions if r.action == "grant" and r.ok]
+    assert {r.status for r in retired} <= {ActionStatus.DONE, ActionStatus.ALREADY_DONE} and len(retired) == 400
     redelivered = [r for o in again for r in o.actions if r.action == "grant" and r.ok]
     assert {r.status for r in redelivered} == {ActionStatus.ALREADY_DONE} and len(redelivered) == 400
     assert stack.grant_ids() == {victims}
