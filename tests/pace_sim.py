@@ -4,14 +4,17 @@
 reserved again, as ``pacing`` does), answered after ``latency`` seconds (a throttling answer sooner). Everything runs
 on a clock of its own, in order of events: the same seed gives the same answers, however loaded the machine.
 ``drain`` is the backlog's drain instead: environments taking a batch of messages at a time and reserving its calls'
-turns at once.
+turns at once. Both take the pacing ``law`` as a factory (the worker's ``Rate`` by default; ``Unpaced`` sends at every
+turn), so that the pacing benchmark (``benchmarks.pacing``) runs laws side by side on the same draws.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cleanup.aws.rate import Rate
 
@@ -26,31 +29,83 @@ class Clock:
         return self.now
 
 
+class Law(Protocol):
+    """What the simulation asks of a pacing law: ``Rate``'s interface."""
+
+    @property
+    def limit(self) -> float | None: ...
+
+    def reserve(self, latest: float) -> float | None: ...
+
+    def seed(self, limit: float) -> bool: ...
+
+    def current(self, reserved: float) -> bool: ...
+
+    def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None: ...
+
+
+LawFactory = Callable[[Callable[[], float]], Law]
+"""A new law on the given clock."""
+
+
+def learnt(clock: Callable[[], float]) -> Law:
+    """The worker's own law: ``cleanup.aws.rate.Rate``."""
+    return Rate("kms", clock=clock)
+
+
+class Unpaced:
+    """No pacing: every turn at once, nothing learnt (what the throttling alone lets through)."""
+
+    limit = None
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+
+    def reserve(self, latest: float) -> float | None:
+        return self._clock()
+
+    def seed(self, limit: float) -> bool:
+        return False
+
+    def current(self, reserved: float) -> bool:
+        return True
+
+    def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None:
+        return None
+
+
 @dataclass
 class Tally:
-    """Requests sent and answers, from a point in time on."""
+    """Requests sent and answers, from a point in time on; ``answers``: (when, throttled) of each answer counted."""
 
     since: float
     sent: int = 0
     admitted: int = 0
     throttled: int = 0
     limits: list[float | None] = field(default_factory=list)
+    answers: list[tuple[float, bool]] = field(default_factory=list)
 
 
 @dataclass
 class Service:
-    """Throttles beyond ``quota`` requests a second (a bucket holding a second's worth), or ``random_share`` of all."""
+    """Throttles beyond ``quota`` requests a second (a bucket holding a second's worth), or ``random_share`` of all;
+    ``changes``: (when, quota) the quota is set to from then on, in order of time."""
 
     quota: float | None = None
     random_share: float = 0.0
     seed: int = 1
+    changes: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
         self._tokens = self.quota or 0.0
         self._counted = 0.0
+        self._changes = list(self.changes)
 
     def throttles(self, now: float) -> bool:
+        while self._changes and self._changes[0][0] <= now:
+            _, self.quota = self._changes.pop(0)
+            self._tokens = min(self._tokens, self.quota)
         if self.quota is not None:
             self._tokens = min(self.quota, self._tokens + (now - self._counted) * self.quota)
             self._counted = now
@@ -68,11 +123,12 @@ def drive(
     latency: float = 0.02,
     since: float = 0.0,
     learners: int = 1,
+    law: LawFactory = learnt,
 ) -> Tally:
     """Run ``workers`` callers against ``service`` for ``seconds``; what happened from ``since`` on. With several
-    ``learners``, the callers are shared out among as many ``Rate`` (processes of their own on one quota)."""
+    ``learners``, the callers are shared out among as many laws (processes of their own on one quota)."""
     clock = Clock()
-    rates = [Rate("kms", clock=clock) for _ in range(learners)]
+    rates = [law(clock) for _ in range(learners)]
     tally = Tally(since)
     events: list[tuple[float, int, int, str, float]] = [(0.0, n, n, "turn", 0.0) for n in range(workers)]
     order = workers
@@ -100,6 +156,8 @@ def drive(
             rate.answered(stamp, throttled=kind == "throttled", outstanding=in_flight)
             tally.admitted += counted and kind == "admitted"
             tally.throttled += counted and kind == "throttled"
+            if counted:
+                tally.answers.append((clock.now, kind == "throttled"))
             tally.limits.append(rate.limit)
             heapq.heappush(events, (clock.now, order, worker, "turn", 0.0))
     return tally
@@ -110,20 +168,22 @@ def drain(
     seconds: float,
     *,
     learners: int,
-    start: float,
-    batch: int = 10,
+    start: float | None,
+    batch: int | tuple[int, int] = 10,
     latency: tuple[float, float] = (0.08, 0.25),
     overhead: float = 0.25,
     backoff: float = 0.4,
     since: float = 0.0,
     draw: int = 0,
+    law: LawFactory = learnt,
 ) -> Tally:
-    """The backlog's drain: ``learners`` environments (a ``Rate`` each, started at ``start`` / ``learners``, the
-    sender's rate shared out) take ``batch`` messages at a time from a queue with no end, and reserve the turns of a
-    batch's calls at once (a thread each); a throttled call is tried again after about ``backoff`` seconds, the next
-    batch taken ``overhead`` seconds after the last of a batch is answered. Answers take a time drawn in ``latency``
-    (seeded by ``draw``); what happened from ``since`` on, with ``limits`` the learners' limits at the end."""
-    run = _Drain(service, learners, start, batch, latency, overhead, backoff, since, draw)
+    """The backlog's drain: ``learners`` environments (a law each, started at ``start`` / ``learners``, the sender's
+    rate shared out; unseeded when None) take ``batch`` messages at a time (a size drawn in that range, when a pair)
+    from a queue with no end, and reserve the turns of a batch's calls at once (a thread each); a throttled call is
+    tried again after about ``backoff`` seconds, the next batch taken ``overhead`` seconds after the last of a batch
+    is answered. Answers take a time drawn in ``latency`` (seeded by ``draw``); what happened from ``since`` on, with
+    ``limits`` the learners' limits at the end."""
+    run = _Drain(service, learners, start, batch, latency, overhead, backoff, since, draw, law)
     while run.events:
         run.clock.now, _, kind, learner, stamp = heapq.heappop(run.events)
         if run.clock.now > seconds:
@@ -140,20 +200,22 @@ class _Drain:
         self,
         service: Service,
         learners: int,
-        start: float,
-        batch: int,
+        start: float | None,
+        batch: int | tuple[int, int],
         latency: tuple[float, float],
         overhead: float,
         backoff: float,
         since: float,
         draw: int,
+        law: LawFactory,
     ) -> None:
         self.service, self.batch, self.latency, self.overhead, self.backoff = service, batch, latency, overhead, backoff
         self.random = random.Random(draw)
         self.clock = Clock()
-        self.rates = [Rate("kms", clock=self.clock) for _ in range(learners)]
+        self.rates = [law(self.clock) for _ in range(learners)]
         for rate in self.rates:
-            rate.seed(start / learners)
+            if start is not None:
+                rate.seed(start / learners)
         self.tally = Tally(since)
         self.events: list[tuple[float, int, str, int, float]] = []
         self.order = 0
@@ -169,8 +231,9 @@ class _Drain:
     def step(self, kind: str, learner: int, stamp: float) -> None:
         now, rate = self.clock.now, self.rates[learner]
         if kind == "batch":  # a thread per message, each reserving its call's turn at once
-            self.pending[learner] = self.batch
-            for _ in range(self.batch):
+            size = self.batch if isinstance(self.batch, int) else self.random.randint(*self.batch)
+            self.pending[learner] = size
+            for _ in range(size):
                 self.push(now, "turn", learner)
         elif kind == "turn":
             self.push(rate.reserve(now + 60.0) or now, "send", learner, now)
@@ -192,6 +255,8 @@ class _Drain:
         counted = now >= self.tally.since
         self.tally.admitted += counted and not throttled
         self.tally.throttled += counted and throttled
+        if counted:
+            self.tally.answers.append((now, throttled))
         if throttled:  # tried again after a backoff
             self.push(now + self.backoff * self.random.uniform(0.5, 1.5), "turn", learner)
             return

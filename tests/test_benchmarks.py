@@ -25,7 +25,7 @@ def test_list_names_each_benchmark_with_its_purpose() -> None:
 
     assert listed.returncode == 0, listed.stderr
     rows = dict(line.split(None, 1) for line in listed.stdout.splitlines() if line.strip())
-    assert {"suite", "capacity", "quota", "mass-expiry", "replay-memory", "integrity", "soak"} <= set(rows)
+    assert {"suite", "capacity", "quota", "pacing", "mass-expiry", "replay-memory", "integrity", "soak"} <= set(rows)
     assert all(purpose.strip() for purpose in rows.values())
 
 
