@@ -214,18 +214,22 @@ CASES = (
 )
 
 
+Results = dict[tuple[int, str], list[tuple[float, ...]]]
+"""Each draw's values (one a target), by (case index, law name)."""
+
+
 def run_case(case: int, law: str, draw: int) -> tuple[float, ...]:
     """One draw of one case under one law (by index and name: a worker process looks them up)."""
     return CASES[case].run(LAWS[law], draw)
 
 
-def measure(draw_count: int, jobs: int | None) -> dict[tuple[int, str], list[tuple[float, ...]]]:
+def measure(draw_count: int, jobs: int | None) -> Results:
     """Every case under every law on draws 0..draw_count-1: the values of each draw, by (case, law)."""
     keys = [(case, law) for case in range(len(CASES)) for law in LAWS]
     tasks = [(case, law, draw) for case, law in keys for draw in range(draw_count)]
     with ProcessPoolExecutor(jobs) as pool:
         values = list(pool.map(run_case, *zip(*tasks, strict=True), chunksize=4))
-    by_key: dict[tuple[int, str], list[tuple[float, ...]]] = {key: [] for key in keys}
+    by_key: Results = {key: [] for key in keys}
     for (case, law, _), value in zip(tasks, values, strict=True):
         by_key[(case, law)].append(value)
     return by_key
@@ -235,20 +239,25 @@ def worst(target: Target, values: list[float]) -> float:
     return min(values) if target.at_least else max(values)
 
 
-def table(results: dict[tuple[int, str], list[tuple[float, ...]]]) -> Iterator[str]:
-    """A row a case, target and law: the worst draw, the median, and how many draws met the target."""
-    yield "| case | shape | target | law | worst draw | median | draws meeting it | met |"
-    yield "|---|---|---|---|---:|---:|---:|---|"
+def judged(results: Results) -> Iterator[tuple[Case, Target, str, list[float], int]]:
+    """Each case, target and law in the table's order: the draws' values and how many met the target."""
     for index, case in enumerate(CASES):
         for position, target in enumerate(case.targets):
             for law in LAWS:
                 values = [value[position] for value in results[(index, law)]]
-                meeting = sum(target.met(value) for value in values)
-                yield (
-                    f"| {case.name} | {case.shape} | {target} | {law} | {worst(target, values):.2f} "
-                    f"| {statistics.median(values):.2f} | {meeting}/{len(values)} "
-                    f"| {'yes' if meeting == len(values) else 'no'} |"
-                )
+                yield case, target, law, values, sum(target.met(value) for value in values)
+
+
+def table(results: Results) -> Iterator[str]:
+    """A row a case, target and law: the worst draw, the median, and how many draws met the target."""
+    yield "| case | shape | target | law | worst draw | median | draws meeting it | met |"
+    yield "|---|---|---|---|---:|---:|---:|---|"
+    for case, target, law, values, meeting in judged(results):
+        yield (
+            f"| {case.name} | {case.shape} | {target} | {law} | {worst(target, values):.2f} "
+            f"| {statistics.median(values):.2f} | {meeting}/{len(values)} "
+            f"| {'yes' if meeting == len(values) else 'no'} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,14 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     results = measure(arguments.draws, arguments.jobs)
     print(f"## The pacing model: {arguments.draws} draws a case\n")
     print("\n".join(table(results)))
-    met = sum(
-        all(target.met(value[position]) for value in results[(index, law)])
-        for index, case in enumerate(CASES)
-        for position, target in enumerate(case.targets)
-        for law in LAWS
-    )
-    targets = sum(len(case.targets) for case in CASES) * len(LAWS)
-    print(f"\n{met} of {targets} targets met, in {time.perf_counter() - started:.0f} s")
+    verdicts = [meeting == len(values) for *_, values, meeting in judged(results)]
+    print(f"\n{sum(verdicts)} of {len(verdicts)} targets met, in {time.perf_counter() - started:.0f} s")
     return 0
 
 
