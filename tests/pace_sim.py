@@ -19,6 +19,8 @@ from typing import Protocol
 from cleanup.aws.rate import Rate
 
 THROTTLE_LATENCY = 0.005  # a throttling answer comes back sooner than an accepted one
+TURN_WAIT = 60.0  # a caller waits this long for a turn at most; with none by then, the pacer sends nothing
+NO_TURN_RETRY = 1.0  # and a caller asks again this much later
 
 
 @dataclass
@@ -140,8 +142,12 @@ def drive(
         order += 1
         rate = rates[worker % learners]
         counted = clock.now >= since
-        if kind == "turn":  # reserve a turn
-            heapq.heappush(events, (rate.reserve(clock.now + 60.0) or clock.now, order, worker, "send", clock.now))
+        if kind == "turn":  # reserve a turn; none within TURN_WAIT: not sent, asked again later (as the pacer does)
+            turn = rate.reserve(clock.now + TURN_WAIT)
+            if turn is None:
+                heapq.heappush(events, (clock.now + NO_TURN_RETRY, order, worker, "turn", 0.0))
+            else:
+                heapq.heappush(events, (turn, order, worker, "send", clock.now))
         elif kind == "send" and not rate.current(stamp):  # the turn was given before a cut
             heapq.heappush(events, (clock.now, order, worker, "turn", 0.0))
         elif kind == "send":
@@ -236,7 +242,11 @@ class _Drain:
             for _ in range(size):
                 self.push(now, "turn", learner)
         elif kind == "turn":
-            self.push(rate.reserve(now + 60.0) or now, "send", learner, now)
+            turn = rate.reserve(now + TURN_WAIT)
+            if turn is None:  # no turn in time: not sent, tried again after a backoff
+                self.push(now + self.backoff * self.random.uniform(0.5, 1.5), "turn", learner)
+            else:
+                self.push(turn, "send", learner, now)
         elif kind == "send" and not rate.current(stamp):  # the turn was given before a cut
             self.push(now, "turn", learner)
         elif kind == "send":
