@@ -42,9 +42,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
-from tests.pace_sim import LawFactory, Service, Tally, Unpaced, drain, drive, learnt
+from benchmarks.pacing_before import JudgedRate
+from tests.pace_sim import Law, LawFactory, Service, Tally, Unpaced, drain, drive, learnt
 
-LAWS: dict[str, LawFactory] = {"learnt rate (cleanup.aws.rate)": learnt}
+
+def previous(clock: Callable[[], float]) -> Law:
+    """The law before (``benchmarks.pacing_before``), for the side-by-side table."""
+    return JudgedRate("kms", clock=clock)
+
+
+LAWS: dict[str, LawFactory] = {"this law (cleanup.aws.rate)": learnt, "the law before": previous}
 """The laws compared, by name: each runs on the same draws."""
 
 SECONDS = 60.0  # a steady case runs this long

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.pacing import CASES, LAWS, Target, found_after, throttled_bursts
-from tests.pace_sim import Service, Tally, Unpaced, drive
+from benchmarks.pacing import CASES, LAWS, Target, found_after, noise, one_sender, throttled_bursts
+from tests.pace_sim import Service, Tally, Unpaced, drive, learnt
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,3 +73,21 @@ def test_the_benchmark_prints_a_row_for_every_case_target_and_law() -> None:
         assert any(f"| {case.name} | {case.shape} |" in row for row in rows), case.name
     assert all(row.endswith(("| 1/1 | yes |", "| 0/1 | no |")) for row in rows)
     assert "targets met, in" in run.stdout
+
+
+def test_the_law_keeps_a_lone_quota_at_its_target() -> None:
+    # A quota of 2-50 a second asked 2-6 times its rate (the model's case, its first draws): kept full, with a few
+    # throttled answers, where a share over the target lowers the limit.
+    for draw in range(3):
+        share, throttled = one_sender(learnt, draw)
+
+        assert share >= 0.95, draw
+        assert throttled <= 0.15, draw
+
+
+def test_the_law_takes_scattered_throttling_for_background() -> None:
+    # A tenth thrown at random, no quota (the model's case, its first draws): no quota explains the answers as well as
+    # the same share at every rate, and the limit is put back where it was (1.0: pacing cost nothing).
+    kept = [noise(0.1, learnt, draw)[0] for draw in range(3)]
+
+    assert min(kept) >= 0.8, kept

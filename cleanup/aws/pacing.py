@@ -32,15 +32,16 @@ passes through it, botocore's own retries included:
   not lower the limit. A timeout halves the limit (once per round of attempts in flight,
   additive-increase/multiplicative-decrease as in TCP); each round of successes raises it by one, back up to
   MAX_CONCURRENCY. A slow dependency thus slows the worker down instead of failing its records.
-* **A rate learnt from throttling.** Each lane also has a ``Rate``: unlimited until the service throttles, then just
-  under what the service accepted over the last second (the rate its quota leaves us), and requests are spaced to it,
-  shared by every thread of the process. Each request that waits for its turn raises it a little (``cleanup.aws.rate``),
-  so it finds a raised quota again, and it is dropped once far above anything asked; grown past the quota, it is cut
-  again. A request whose turn was given before a cut takes a new one (``_wait_turn``), even once it has a slot: the
-  queue, for turns or for slots, does not go on at the refused rate. A throttling dependency thus gets requests at about
-  the rate it allows, not retries. A request whose turn would come after the caller's deadline is not started
-  (``OutOfTimeError``): nothing waits past the deadline for a turn. Throttling is not also taken out on concurrency: a
-  quota is on requests a second, and fewer in flight would only lower the rate below it.
+* **A rate learnt from throttling.** Each lane also has a ``Rate`` (``cleanup.aws.rate``, whose docstring states the
+  law): unlimited until the service throttles more than a background share, then aimed where a quota would throttle a
+  small share over it, and requests are spaced to it, shared by every thread of the process. It grows while requests
+  wait for their turns and fewer are throttled than that, so it finds a raised quota again, and it is dropped once far
+  above anything asked; scattered throttling, which does not come down with the rate, is told from a quota and puts
+  the limit back. A request whose turn was given before a decrease takes a new one (``_wait_turn``), even once it has
+  a slot: the queue, for turns or for slots, does not go on at the refused rate. A throttling dependency thus gets
+  requests at about the rate it allows, not retries. A request whose turn would come after the caller's deadline is
+  not started (``OutOfTimeError``): nothing waits past the deadline for a turn. Throttling is not also taken out on
+  concurrency: a quota is on requests a second, and fewer in flight would only lower the rate below it.
 """
 
 from __future__ import annotations

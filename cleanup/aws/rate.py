@@ -1,62 +1,39 @@
 """The rate a throttling service accepts, learnt from its answers, and requests spaced to it (``pacing.Lane.rate``).
 
-AWS request quotas are token buckets: so many requests a second, with a burst on top. A client sending faster gets
-a share of its requests throttled that grows with its rate: ``(sent - quota) / sent``, and none once it sends below
-the quota. A service overloaded for a while throttles a share whatever the rate: sending slower does not lower it.
-``Rate`` tells the two apart by cutting, then looking at what the cut did:
+AWS request quotas are token buckets: so many requests a second, with a second's worth of burst. A client sending at
+a rate ``r`` over a quota ``Q`` has ``1 - Q / r`` of its requests throttled; under it, none. A service overloaded for a
+while throttles a share whatever the rate (S3's ``SlowDown``): background. The law (docs/decides.md, "Pacing"):
 
-* **A cut.** When ENGAGE_SHARE more of the answers than the background share (below) are throttled, at least
-  MIN_THROTTLED of at least MIN_ANSWERS answers to requests sent since the last cut (over the last second, reaching
-  back further, up to MAX_WINDOW_SECONDS, while a second holds fewer than DETECT_ANSWERS: at a few requests a second,
-  a share of ENGAGE_SHARE is MIN_THROTTLED answers only over that many), the limit is set just under the rate the
-  service accepted over that window. Requests still unanswered count as not throttled in the share, and half among
-  the accepted (a throttling answer comes back sooner than an accepted one: right after a burst, the answers are
-  mostly throttling ones, and part of what it let through has not answered yet), until they are answered: the cut,
-  and the share it is judged against, are then counted again with what they turned out to be (the last requests of a
-  burst mostly find the quota's burst spent). Answers to requests sent before a cut are not counted after it.
-* **A start learnt elsewhere.** A process taking over another's work on the same quota (the backlog's drain, from
-  the stream's worker that deferred to it) starts at the limit the other learnt (``seed``), instead of spending its
-  first burst on throttled answers.
-* **What the cut did.** The answers to the next JUDGE_ANSWERS requests sent after a cut judge it (sooner when none is
-  throttled: as soon as so many answers in a row would be unlikely at the share that made the cut).
-  * Throttled less than ENGAGE_SHARE / 4 above the background: the throttling stopped with the rate, a quota; the
-    cut stays, and the background comes halfway down to that share.
-  * Throttled ENGAGE_SHARE / 2 less than before the cut: a quota still. Under ENGAGE_SHARE above the background, the
-    cut stays (the rest is the bucket refilling, or another sender on the quota); above it, the cut was not deep
-    enough, and it is cut again from what was accepted since.
-  * Throttled more than before, or more than MAX_BACKGROUND: another sender on the same quota took what the cut
-    gave back (the worker's own stream and its backlog's drain, several environments): cut again.
-  * Otherwise sending slower did not change it: the limit goes back at once to what it was before the cut(s), and
-    that share becomes the background share, which later cuts must exceed by ENGAGE_SHARE. It is forgotten by half
-    every BACKGROUND_HALF_LIFE: another sender's excess can pass for it for a while, never for good.
-* **Growth.** Each request that has to wait for its turn raises the limit by GROWTH, so that a raised quota is found
-  again (twice the rate in 116 requests: 2.3 s at 50 a second); grown past UNLIMITED, it is dropped. Growth is
-  counted in requests, not seconds, because a quota over-run is seen in answers (DETECT_ANSWERS of them): between
-  two chances to see one, the limit grows by the same share (an eighth over 20 requests) whatever the rate, and
-  several processes learning one quota apart (the backlog's drain environments) grow together by the share one
-  would alone. Counted in seconds, a process at a few requests a second outgrew the quota by half before its answers
-  showed it, and two processes at half the rate each grew twice as fast together; a sender reserving a batch's turns
-  at once (the drain) grew only for the gaps between its batches, not at all or by seconds at once. A request that
-  does not wait raises nothing, nor does one while a cut is judged: a limit that holds nothing back would grow past
-  the quota unseen, and be found far over it when requests come faster. After a cut is kept because the throttling
-  stopped, the quota lies between the cut and the limit it was cut from: the limit grows back by REGAIN with each
-  request that waits, up to REGAIN_AT of the limit it was cut from, and by GROWTH beyond. A process cut while others
-  held the quota (the drain's environments) is otherwise left at a fraction of its share, and once the others are
-  done, its last batch runs alone at that fraction.
+* **Rounds.** Answers are judged in rounds of at least ROUND_ANSWERS answers and ROUND_SECONDS, at most LONGEST_ROUND;
+  answers to requests sent before the limit was last lowered are not counted. Requests still in flight count as not
+  throttled: throttling answers come back first, and right after a burst most of what the quota let through has not
+  answered yet.
+* **A target.** The limit is aimed where a quota would throttle the background share plus TARGET: a round paced at
+  ``r`` (the limit, when it held requests back; else what was sent) with a throttled share ``s`` says a quota lets
+  ``r (1 - s)`` through, so the limit aimed at is ``r (1 - s) / (1 - background - TARGET)``. Over that share, the
+  limit is lowered ``n / (n + DAMPING)`` of the way there (in logarithms) after a round of ``n`` answers, and all the
+  way when the share is over the target by ALARM nats of evidence, which also ends the round at once (a first burst,
+  a quota lowered). The first round's alarm counts the quota's burst in what it let through. A limit aimed at a
+  quota's share rather than just under the quota keeps it full: several senders on one quota, each seeing the share
+  of all, aim together at the same point.
+* **Growth.** Under the target, and only while the limit holds requests back (a limit that holds nothing back says
+  nothing of the quota), the limit grows on CUBIC's curve in logarithms: back towards the limit it was lowered from
+  (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than FASTEST a second.
+  Grown past UNLIMITED, the limit is dropped.
+* **Background, told by a fit.** Over the last ROUNDS rounds, the answers are explained two ways: the same share at
+  every rate (background), and a quota, the best one for the rounds. When the rates span SPAN, background explains
+  them better by VERDICT nats, and their share is over the target by VERDICT nats, that share is taken as the
+  background (at most MAX_BACKGROUND) and the limit is put back where it was before (none, if none). A quota
+  explaining them better by VERDICT nats brings a background down to the share at the slowest rate. Rounds whose slower
+  half, or newest, throttle surely more than the rest (Z standard errors) are neither: the quota changed, and the fit
+  starts anew. Until a fit says otherwise, the background is PRIOR.
 
-So scattered throttling costs a cut or two (undone after a few answers) before it is known as background, and
-mostly does not drive the limit towards nothing (measured in ``tests/test_rate.py`` up to a fifth of all answers; a
-third, at random, is taken for a quota and cut far). Not always: judged on 16 answers, a fifth thrown at random reads
-now as "rose", now as "came down", and in 6 of 30 draws those verdicts ratchet the limit down to 0.01-0.64 of the rate
-unthrottled (``test_random_throttling_keeps_the_rate_whatever_the_draw``, expected to fail). A quota is kept to within
-about a tenth, with a few throttled answers each time the limit grows past it again. The limit is never below FLOOR.
-
-Requests are spaced to the limit (``reserve``), shared by every thread of the process; a request whose turn would
-come after its caller's deadline is not given one. A cut takes effect at once: a request whose turn was given before
-the last cut reserves another when it comes (``current``), so the requests queued at the refused spacing do not go on
-throttling for as long as the queue. botocore's own adaptive retry mode does much the same, but its token bucket
-waits for a token with no deadline, it belongs to one client (the Management API has one per endpoint), and it cuts
-the rate at every throttling answer, so that scattered throttling drives it towards nothing.
+The limit is never below FLOOR. Requests are spaced to the limit (``reserve``), shared by every thread of the
+process; a request whose turn would come after its caller's deadline is not given one. A decrease takes effect at once:
+a request whose turn was given before it reserves another when it comes (``current``), so the requests queued at the
+refused spacing do not go on throttling for as long as the queue. botocore's own adaptive retry mode (CUBIC too) cuts
+the rate at every throttling answer, so that scattered throttling drives it towards nothing; its token bucket waits
+for a token with no deadline, and it belongs to one client (the Management API has one per endpoint).
 """
 
 from __future__ import annotations
@@ -65,46 +42,108 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+
+def evidence(share: float, expected: float, answers: float) -> float:
+    """Nats of evidence that ``answers`` with a throttled ``share`` came from a share over ``expected`` (0 when the
+    share is not over it): the binomial tail's Chernoff exponent, ``answers * KL(share || expected)``."""
+    if share <= expected:
+        return 0.0
+    expected = min(max(expected, 1e-6), 1.0 - 1e-6)
+    total = share * math.log(share / expected) if share > 0.0 else 0.0
+    if share < 1.0:
+        total += (1.0 - share) * math.log((1.0 - share) / (1.0 - expected))
+    return answers * total
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """A round's answers: how many were throttled, how many counted, and the rate they were sent at."""
+
+    throttled: float
+    answers: int
+    rate: float
+
+
+def background_odds(rounds: Sequence[Round], background: float) -> tuple[float, float]:
+    """The throttled share pooled over ``rounds``, and the nats by which the same share at every rate explains their
+    answers better than the best quota does (a quota ``Q`` throttling ``1 - Q / r`` of a rate ``r`` over it, and the
+    ``background`` share of the rest; each round's ``r (1 - s)`` is tried for ``Q``)."""
+    answers = sum(r.answers for r in rounds)
+    pooled = sum(r.throttled for r in rounds) / answers
+    flat = sum(_likelihood(r, pooled) for r in rounds)
+    best = -math.inf
+    for trial in rounds:
+        quota = trial.rate * (1.0 - trial.throttled / trial.answers)
+        best = max(best, sum(_likelihood(r, 1.0 - (1.0 - background) * min(1.0, quota / r.rate)) for r in rounds))
+    return pooled, flat - best
+
+
+def changed(rounds: Sequence[Round], z: float) -> bool:
+    """Whether the slower half of ``rounds`` throttled surely (``z`` standard errors) more than the faster half, or the
+    newest surely (twice that) more than the rest: neither a quota nor background does; a quota that changed does."""
+    ordered = sorted(rounds, key=lambda r: r.rate)
+    half = len(ordered) // 2
+    newest = rounds[-1]
+    return _over(ordered[:half], ordered[half:], z) or _over([newest], [r for r in rounds if r is not newest], 2 * z)
+
+
+def _over(some: Sequence[Round], others: Sequence[Round], z: float) -> bool:
+    (t1, n1), (t2, n2) = ((sum(r.throttled for r in part), sum(r.answers for r in part)) for part in (some, others))
+    share = (t1 + t2) / (n1 + n2)
+    error = math.sqrt(max(share * (1.0 - share), 1e-9) * (1.0 / n1 + 1.0 / n2))
+    return (t1 / n1 - t2 / n2) / error > z
+
+
+def _likelihood(round_: Round, share: float) -> float:
+    share = min(max(share, 0.01), 0.99)
+    return round_.throttled * math.log(share) + (round_.answers - round_.throttled) * math.log(1.0 - share)
 
 
 class Rate:
     """Requests per second a service accepts, learnt from its answers; ``limit`` None: no limit known."""
 
-    WINDOW_SECONDS = 1.0  # quotas are counted per second
-    MIN_SPAN_SECONDS = 0.25  # what was accepted is counted over no less than this
-    MAX_WINDOW_SECONDS = 10.0  # a window reaches back to DETECT_ANSWERS answers, but no further than this
-    MIN_ANSWERS = 8  # fewer answers than this say too little about a share
-    MIN_THROTTLED = 4  # nor do fewer throttled answers than this
-    DETECT_ANSWERS = 20  # a window holds this many answers, so that a share of ENGAGE_SHARE is MIN_THROTTLED of them
-    JUDGE_ANSWERS = 16  # answers to requests sent after a cut that judge it
-    KEEP_DOUBT = 0.05  # a cut is kept once that many unthrottled answers in a row would be this unlikely at its share
-    ENGAGE_SHARE = 0.2  # a throttled share this much above the background says the requests are over a quota
-    MAX_BACKGROUND = 0.4  # throttling beyond this share is not taken for background
-    BACKGROUND_HALF_LIFE = 20.0  # seconds: the background share is forgotten by half in this time
-    BACKOFF = 0.9  # the limit, as a share of what the service accepted
-    GROWTH = 0.006  # each request that waits for its turn: this much more
-    REGAIN = 0.05  # and this much more below REGAIN_AT of the limit a kept cut was cut from
-    REGAIN_AT = 0.8
-    FLOOR = 1.0
+    TARGET = 0.05  # the throttled share over the background the limit is aimed at
+    PRIOR = 0.03  # the background share until a fit says otherwise
+    ALARM = math.log(1000.0)  # nats: a round this surely over the target ends at once, lowered all the way
+    ROUND_ANSWERS = 20  # a round holds at least this many answers
+    ROUND_SECONDS = 1.0  # and spans at least this long (a quota is counted per second)
+    LONGEST_ROUND = 3.0  # seconds: a round ends then, however few its answers (a few requests a second)
+    MIN_ANSWERS = 8  # an alarm needs this many answers, and a round this many to be fitted
+    MIN_THROTTLED = 3  # and an alarm this many throttled
+    DAMPING = 10.0  # answers: a round of n answers lowers the limit n / (n + DAMPING) of the way its share says
+    CUBIC = 4e-4  # per second cubed: the growth curve, in logarithms (a 10% decrease regrown in 6.4 s)
+    FASTEST = 0.25  # per second: the growth, in logarithms, at most
+    STEP = 0.05  # and per answer of the round that grows it (between two looks at the quota, as much at any rate)
+    ROUNDS = 12  # the rounds fitted
+    FIT_ROUNDS = 4  # the fewest rounds fitted
+    SPAN = math.log(1.3)  # their rates span this much (in logarithms) before background is told from a quota
+    VERDICT = math.log(100.0)  # nats: what tells background from a quota, either way
+    Z = 2.0  # standard errors: what says the quota changed
+    MAX_BACKGROUND = 0.3  # throttling beyond this share is not taken for background
+    FLOOR = 0.5
     UNLIMITED = 10_000.0  # a limit grown past this is dropped
 
     def __init__(self, service: str = "", clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
         self.limit: float | None = None
-        self.background = 0.0  # the throttled share that sending slower did not lower
-        self._noted = 0.0  # when the background share was last brought up to date
+        self.background = self.PRIOR  # the throttled share that lowering the rate does not lower
         self._clock = clock
         self._next = 0.0  # when the next request may start (monotonic)
-        self._cut = -math.inf  # when the limit was last cut: answers to requests sent before are not counted
         self._spaced = -math.inf  # when the limit was last lowered: turns given before are reserved again
-        self._regain = 0.0  # below this limit, it grows by REGAIN
-        self._judging: tuple[float | None, float] | None = None  # the limit before the last cut, the share that cut it
-        self._counted: _Count | None = None  # what the last cut counted, while requests it counted half are answered
-        self._answers: deque[tuple[float, bool]] = deque()  # (when, throttled) over the window
-        self._since = -math.inf  # where the window starts: the last cut, or the last answer dropped from it
-        self._throttled = 0  # throttled answers among them
+        self._start = clock()  # when the round started: answers to requests sent before are not counted
+        self._answers = 0
+        self._throttled = 0
+        self._given = 0  # turns given in the round
+        self._waited = False  # whether a request of the round waited for its turn
+        self._first = True  # the first round: the quota's burst is whole
+        self._highest = math.inf  # the highest limit since the last verdict (inf: none), put back for background
+        self._plateau = 0.0  # the limit the growth curve flattens at (CUBIC's W_max)
+        self._grown = 0.0  # seconds grown on the curve since the limit was last lowered
+        self._climb = 0.0  # seconds from the lowered limit to the plateau (CUBIC's K)
+        self._rounds: deque[Round] = deque(maxlen=self.ROUNDS)
         self._lock = threading.Lock()
 
     def reserve(self, latest: float) -> float | None:
@@ -112,176 +151,162 @@ class Rate:
         leaves no turn before then."""
         now = self._clock()
         if self.limit is None:  # the common case, read without the lock: a stale None only lets one request through
+            self._given += 1
             return now
         with self._lock:
-            limit = self._grown_limit(now)
-            if limit is None:
+            if self.limit is None:
+                self._given += 1
                 return now
             start = max(now, self._next)
             if start > latest:
                 return None
-            self._next = start + 1.0 / limit
+            self._waited |= start > now
+            self._next = start + 1.0 / self.limit
+            self._given += 1
             return start
 
     def seed(self, limit: float) -> bool:
         """Start at ``limit`` requests a second, learnt by another process on the same quota (the stream's worker, for
         the backlog it deferred to: ``Pacer.seed``), while this rate has learnt no limit of its own; whether it was
-        taken. Bounded to FLOOR..UNLIMITED. It is then cut, or grows, as a learnt limit does; unjudged, since
-        nothing cut it here. Without it, a new process's first burst to a quota its sender has used up is throttled
-        as a whole before it is cut."""
-        if not math.isfinite(limit):
-            return False
+        taken. Bounded to FLOOR..UNLIMITED. Without it, a new process's first burst to a quota its sender has used up
+        is throttled as a whole before a limit is set."""
         with self._lock:
-            if self.limit is not None:
-                return False
-            now = self._clock()
-            self.limit = min(max(limit, self.FLOOR), self.UNLIMITED)
-            # The window starts here, as at a cut: what is accepted since is counted over the time since, not over
-            # a window reaching back to the start.
-            self._restart(now, now)
-            return True
+            taken = self.limit is None and math.isfinite(limit)
+            if taken:
+                self.limit = min(max(limit, self.FLOOR), self.UNLIMITED)
+                self._plateau, self._grown, self._climb = self.limit, 0.0, 0.0
+                self._first = False  # the quota's burst is not whole: the sender has been using it
+                self._new_round(self._clock(), lowered=True)
+            return taken
 
     def current(self, reserved: float) -> bool:
-        """Whether a turn reserved at ``reserved`` (monotonic) still holds: one given before the last cut was spaced
-        for a rate the service refused, and is reserved again."""
+        """Whether a turn reserved at ``reserved`` (monotonic) still holds: one given before the limit was last
+        lowered was spaced for a rate the service refused, and is reserved again."""
         return reserved >= self._spaced
 
     def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None:
         """An answer to a request sent at ``sent`` (monotonic), ``outstanding`` others still unanswered; the new
-        limit when this answer cut it, else None."""
-        now = self._clock()
+        limit when this answer lowered it, else None."""
         with self._lock:
-            if sent < self._cut:  # sent at the rate before the last cut: says nothing about the rate since
-                self._recount(now, throttled)  # but about that rate
+            if sent < self._start:  # sent before the round: at a limit since lowered
                 return None
-            if self.background:  # forgotten as time goes by: another sender's excess on the quota can pass for it
-                self.background *= 0.5 ** ((now - self._noted) / self.BACKGROUND_HALF_LIFE)
-            self._noted = now
-            self._answers.append((now, throttled))
+            now = self._clock()
+            self._answers += 1
             self._throttled += throttled
-            least = self.DETECT_ANSWERS if self._judging is None else self.JUDGE_ANSWERS
-            while (self._judging is None and self._answers[0][0] < now - self.MAX_WINDOW_SECONDS) or (
-                self._answers[0][0] < now - self.WINDOW_SECONDS and len(self._answers) > least
-            ):
-                self._since, dropped = self._answers.popleft()
-                self._throttled -= dropped
-            answers = len(self._answers)
-            if self._judging is not None and not self._throttled:
-                # Nothing throttled since the cut: kept as soon as so many unthrottled answers in a row would be
-                # unlikely had sending slower not lowered the throttling (at half the share that made the cut, or
-                # ENGAGE_SHARE over the background). At a limit cut low, 16 answers would take as many seconds.
-                doubted = min(0.9, max(self.background + self.ENGAGE_SHARE, self._judging[1] / 2))
-                if answers >= math.log(self.KEEP_DOUBT) / math.log(1.0 - doubted):
-                    return self._judge(now, answers, 0.0, outstanding)
-            if answers < self.MIN_ANSWERS:
+            elapsed = now - self._start
+            counted = max(self._answers, min(self._answers + outstanding, self._given))  # in flight: not throttled
+            share = self._throttled / counted
+            alarm = (
+                throttled
+                and self._throttled >= self.MIN_THROTTLED
+                and counted >= self.MIN_ANSWERS
+                and evidence(share, self.background + self.TARGET, counted) >= self.ALARM
+            )
+            full = self._answers >= self.ROUND_ANSWERS and elapsed >= self.ROUND_SECONDS
+            if not (alarm or full or elapsed >= self.LONGEST_ROUND):
                 return None
-            # Requests still unanswered are not throttled yet: throttling answers come back first, and right after a
-            # burst the window holds mostly them.
-            share = self._throttled / (answers + outstanding)
-            high = throttled and self._throttled >= self.MIN_THROTTLED and share >= self.background + self.ENGAGE_SHARE
-            if self._judging is not None and (answers >= least or high):  # still throttling that much: say so soon
-                return self._judge(now, answers, share, outstanding)
-            if self._judging is not None or not high:
-                return None
-            self._judging = (self.limit, share)
-            return self._cut_to(now, answers, share, outstanding)
+            return self._close(now, elapsed, Round(self._throttled, counted, 0.0), alarm=alarm)
 
-    def _judge(self, now: float, answers: int, share: float, outstanding: int) -> float | None:
-        """Judge the last cut by the throttled ``share`` of the answers since; the new limit if it is cut again (the
-        caller holds the lock)."""
-        before, share_before = self._judging or (None, 0.0)
-        self._judging = None
-        if share < self.background + self.ENGAGE_SHARE / 4:
-            self.background = min(self.background, (self.background + share) / 2)
-            self._regain = (before or 0.0) * self.REGAIN_AT  # the quota is above the cut, and under what it cut
-            return None  # a quota: the throttling came down with the rate
-        rose = share >= share_before + self.ENGAGE_SHARE / 2 or share > self.MAX_BACKGROUND
-        if rose and share >= self.background + self.ENGAGE_SHARE:
-            self._judging = (before, share)  # another sender on the quota took what the cut gave back: a quota
-            return self._cut_to(now, answers, share, outstanding)
-        if share <= share_before - self.ENGAGE_SHARE / 2:  # came down with the rate: a quota
-            if share < self.background + self.ENGAGE_SHARE:
-                return None  # the rest is the quota's burst refilling, or another sender's: the cut stays
-            self._judging = (before, share)  # but not enough: a cut not deep enough
-            return self._cut_to(now, answers, share, outstanding)
-        self.limit = before  # sending slower did not lower the throttling: back to the rate before, it is background
-        self.background = min(share, self.MAX_BACKGROUND)
-        self._restart(now, now)  # turns given at the cut's spacing are reserved again
-        return None
+    def _close(self, now: float, elapsed: float, answers: Round, *, alarm: bool) -> float | None:
+        """The round ends with ``answers`` (its rate yet to be measured): the new limit if lowered (the caller holds
+        the lock)."""
+        before, waited = self.limit, self._waited
+        first, self._first = self._first, False
+        sent = max(self._given - self._ahead(now), self._answers)
+        answers = Round(answers.throttled, answers.answers, max(sent / max(elapsed, 1e-3), 1e-3))
+        self._highest = max(self._highest, math.inf if before is None else before)
+        if answers.answers >= self.MIN_ANSWERS and (before is not None or not alarm):
+            self._rounds.append(answers)  # not a first burst's: its admitted calls are still in flight
+        if self._background():
+            self._new_round(now, lowered=True)
+            return None
+        share = answers.throttled / answers.answers
+        expected = self.background + self.TARGET
+        if share <= expected:
+            if before is not None and waited:
+                self._grow(before, elapsed, answers.answers)
+            self._new_round(now, lowered=False)
+            return None
+        if before is None and not alarm:
+            self._new_round(now, lowered=False)
+            return None
+        # The pace the answers were sent at: the limit, where it held requests back (a batch's calls go at its pace),
+        # else what was sent; and where a quota letting through what this round's did would throttle the target.
+        paced = before if before is not None and waited else answers.rate
+        let_through = 1.0 - (answers.throttled + 0.5) / (answers.answers + 1.0)  # all throttled: not none let through
+        aimed = paced * let_through / (1.0 - expected)
+        if first:  # what the first burst let through includes the quota's burst, a second's worth
+            aimed = min(aimed, (answers.answers - answers.throttled) / (elapsed + 1.0) / (1.0 - expected))
+        gain = 1.0 if alarm else answers.answers / (answers.answers + self.DAMPING)
+        limit = max(self.FLOOR, paced * math.pow(aimed / paced, gain))
+        if before is not None and limit >= before:
+            self._new_round(now, lowered=False)
+            return None
+        # The curve flattens at the limit before (found too high, only just), or, far over a quota (a first burst, a
+        # quota lowered: more throttled than any background), at the quota's rate as this round shows it.
+        far = before is None or share > self.MAX_BACKGROUND + self.TARGET
+        self._set(limit, plateau=max(limit, aimed if far or before is None else before))
+        self._new_round(now, lowered=True)
+        return limit
 
-    def _cut_to(self, now: float, answers: int, share: float, outstanding: int) -> float:
-        """Cut the limit to just under what the service accepted over the window (the caller holds the lock)."""
-        # Unlimited: what was accepted over the last second (a burst is let through on top of a quota), or since a
-        # cut was undone, if that is less (counted over a second, the answers since would say half the rate or less).
-        # Limited: over the window, which begins no earlier than the last cut (its answers were all to requests spaced
-        # at the limit, so it spans at least that).
-        if self.limit is None:
-            span = min(self.WINDOW_SECONDS, max(now - self._since, self.MIN_SPAN_SECONDS))
-        else:
-            span = max(now - self._since, answers / self.limit)
-        count = _Count(self.limit, span, self.background, answers - self._throttled, self._throttled, outstanding)
-        self._counted = count if outstanding else None
-        self._regain = 0.0
-        self.limit = count.limit(self.FLOOR, self.BACKOFF)
-        self._restart(now, now + 1.0 / self.limit)  # the cut is judged on answers to requests sent at the new rate
-        return self.limit
+    def _background(self) -> bool:
+        """Fit the rounds: when the throttling is background, take its share and put the limit back where it was (the
+        caller holds the lock, and starts a round when this says True)."""
+        rounds = self._rounds
+        if len(rounds) < self.FIT_ROUNDS:
+            return False
+        if changed(rounds, self.Z):
+            newest = rounds[-1]
+            rounds.clear()
+            rounds.append(newest)
+            return False
+        pooled, odds = background_odds(rounds, self.background)
+        span = math.log(max(r.rate for r in rounds) / min(r.rate for r in rounds))
+        answers = sum(r.answers for r in rounds)
+        if (
+            span >= self.SPAN
+            and odds >= self.VERDICT
+            and evidence(pooled, self.background + self.TARGET, answers) >= self.VERDICT
+        ):
+            self.background = min(self.MAX_BACKGROUND, pooled)
+            rounds.clear()
+            limit = None if self._highest == math.inf else self._highest
+            self._set(limit, plateau=limit or 0.0)
+            self._highest = math.inf if limit is None else limit
+            return True
+        if odds <= -self.VERDICT:  # a quota: the background no more than the share at the slowest rate
+            slowest = min(rounds, key=lambda r: r.rate)
+            self.background = min(self.background, slowest.throttled / slowest.answers)
+        return False
 
-    def _restart(self, now: float, first_turn: float) -> None:
-        """The limit was set anew: the window starts empty, answers to requests sent before are not counted in it,
-        turns given before are reserved again (``current``), the next at ``first_turn`` (the caller holds the lock)."""
-        self._cut = self._spaced = self._since = now
-        self._next = first_turn
-        self._answers.clear()
-        self._throttled = 0
+    def _grow(self, before: float, elapsed: float, answers: int) -> None:
+        """Grow the limit along the curve for ``elapsed`` seconds more, judged on ``answers`` (the caller holds the
+        lock)."""
+        self._grown += elapsed
+        curve = math.log(self._plateau / before) + self.CUBIC * (self._grown - self._climb) ** 3
+        fastest = min(self.FASTEST * elapsed, self.STEP * answers)
+        limit = before * math.exp(min(max(curve, 0.0), fastest))
+        self.limit = None if limit > self.UNLIMITED else limit
 
-    def _recount(self, now: float, throttled: bool) -> None:
-        """An answer to a request unanswered at the last cut, which counted it half accepted: the cut, and the share it
-        is judged against, are counted again with the answer as it is (the caller holds the lock).
-
-        The requests in flight at a first burst's cut are its last, sent once the quota's burst was spent, and mostly
-        throttled: counted half accepted, they set the limit a third over a quota of 5 a second, where the throttling
-        goes on much as before the cut, and the cut was taken for background and undone."""
-        count = self._counted
-        if count is None or self._judging is None:
-            return
-        count.unanswered -= 1
-        count.accepted += not throttled
-        count.throttled += throttled
-        if count.unanswered <= 0:
-            self._counted = None
-        limit = count.limit(self.FLOOR, self.BACKOFF)
-        if self.limit is not None and limit < self.limit:  # the turns given at the higher rate are reserved again
-            self._spaced = now
-            self._next = now + 1.0 / limit
+    def _set(self, limit: float | None, *, plateau: float) -> None:
+        """Set the limit, and the growth curve from it to ``plateau`` (the caller holds the lock)."""
         self.limit = limit
-        self._judging = (self._judging[0], count.throttled / (count.accepted + count.throttled + count.unanswered))
+        self._plateau, self._grown = plateau, 0.0
+        self._climb = 0.0 if limit is None else math.cbrt(math.log(plateau / limit) / self.CUBIC)
 
-    def _grown_limit(self, now: float) -> float | None:
-        """The limit raised by GROWTH (REGAIN below a kept cut's REGAIN_AT) if this request has to wait for its turn
-        (the caller holds the lock). A limit that holds no request back says nothing of the quota: grown past it
-        unseen, it would be found far over it when requests come faster (a sender held near the quota by its own pace,
-        the backlog's drain, would grow it while it takes turns, and throttle more than the share that cuts it). Nor
-        does it grow while a cut is judged: the judging answers are to requests sent at the cut's rate."""
-        if self.limit is not None and self._next > now and self._judging is None:
-            self.limit *= 1.0 + (self.REGAIN if self.limit < self._regain else self.GROWTH)
-            if self.limit > self.UNLIMITED:
-                self.limit = None
-        return self.limit
+    def _ahead(self, now: float) -> int:
+        """Turns given for later than ``now`` (the caller holds the lock)."""
+        if self.limit is None or self._next <= now:
+            return 0
+        return max(0, math.ceil((self._next - now) * self.limit - 1e-9) - 1)  # the last was given 1 / limit before
 
-
-@dataclass(slots=True)
-class _Count:
-    """What a cut counted: answers accepted and throttled over ``span`` seconds, and requests still unanswered (half
-    of them counted accepted until they are answered), under a ``background`` share; ``prior``: the limit before."""
-
-    prior: float | None
-    span: float
-    background: float
-    accepted: int
-    throttled: int
-    unanswered: int
-
-    def limit(self, floor: float, backoff: float) -> float:
-        """Just under what the service accepted, and no higher than the limit before."""
-        accepted = (self.accepted + self.unanswered / 2) / self.span / (1.0 - self.background)
-        return max(floor, min(self.prior or math.inf, accepted) * backoff)
+    def _new_round(self, now: float, *, lowered: bool) -> None:
+        """A round starts (the caller holds the lock); ``lowered``: the limit was lowered, or set anew, and turns given
+        before are reserved again."""
+        self._start = now
+        self._answers = self._throttled = 0
+        self._given = 0 if lowered else self._ahead(now)  # turns given for later are the new round's, and waited
+        self._waited = self._given > 0
+        if lowered:
+            self._spaced = now
+            self._next = now + (0.0 if self.limit is None else 1.0 / self.limit)
