@@ -31,6 +31,7 @@ CATALOGUE = (
     Benchmark("mass-expiry", "benchmarks.mass_expiry", "a mass expiry through the real worker on moto, as modelled"),
     Benchmark("quota", "benchmarks.quota", "pacing under a RetireGrant quota: throttles per call, share of the quota"),
     Benchmark("pacing", "benchmarks.pacing", "the pacing model: laws side by side on seeded draws, targets met"),
+    Benchmark("noise", "benchmarks.noise", "scattered throttling: a noisy batch and the clean one after, as ratios"),
     Benchmark("replay-memory", "benchmarks.replay_memory", "peak RSS of replay on a small and on a large file"),
     Benchmark("integrity", "benchmarks.integrity", "what the integrity tag costs per message: KMS calls and time"),
     Benchmark("soak", "benchmarks.soak", "waves of sessions with faults at the wire for minutes; residue must be 0"),

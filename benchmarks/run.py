@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from benchmarks import cold, decoding, quota
+from benchmarks import cold, decoding, noise, quota
 from benchmarks import own_costs as costs
 from benchmarks.alternatives import PowertoolsHandler, SequentialHandler
 from benchmarks.latency_proxy import LatencyProxy
@@ -43,13 +43,15 @@ class Sizes:
     turns: int
     quota_batch: int = 200  # sessions in one batch under a RetireGrant quota of QUOTA_BATCH a second
     quota_expiry: int = 200  # sessions of a mass expiry under QUOTA_EXPIRY a second
+    noise_batch: int = 300  # sessions a batch, before, under and after scattered throttling
 
 
 QUOTA_BATCH, QUOTA_EXPIRY = 5.0, 3.0
+NOISE = 0.2  # of requests answered throttled at random, in section 9d
 FULL = Sizes(1000, 100, {1: 25, 4: 200, 16: 200, 64: 200}, 10_000, (1_000, 10_000), 10_000, 1000, 3)
-SMOKE = Sizes(100, 10, {1: 5, 4: 20, 16: 20, 64: 20}, 500, (1_000,), 500, 100, 1, 40, 30)
+SMOKE = Sizes(100, 10, {1: 5, 4: 20, 16: 20, 64: 20}, 500, (1_000,), 500, 100, 1, 40, 30, 20)
 BIG_PREFIX = 100_000  # moto lists a prefix in time proportional to the bucket: 100 pages of it take ~90 s
-QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1, 40, 30)
+QUICK = Sizes(300, 25, {1: 10, 4: 50, 16: 50, 64: 50}, 2_000, (1_000, 10_000), 2_000, 300, 1, 40, 30, 100)
 BEFORE = "972c24c"  # the commit before calls were shared across sessions and CPU was trimmed
 
 
@@ -157,10 +159,15 @@ def own_costs(sizes: Sizes, before: str) -> None:
 
 
 def pacing(sizes: Sizes) -> None:
-    """Section 9: pacing under a RetireGrant quota, as ratios (``benchmarks.quota``)."""
+    """Section 9: pacing under a RetireGrant quota, as ratios (``benchmarks.quota``); 9d: under scattered throttling
+    (``benchmarks.noise``)."""
     results = quota.measure(sizes.quota_batch, QUOTA_BATCH, sizes.quota_expiry, QUOTA_EXPIRY)
     out("## 9. Pacing under a request quota (the fault proxy's RetireGrant quota; moto, no latency)\n")
     out("\n".join(quota.table(results)))
+    out()
+    results_noise = noise.measure(sizes.noise_batch, NOISE)
+    out("## 9d. Pacing under scattered throttling (the fault proxy's throttling answers at random; moto, no latency)\n")
+    out("\n".join(noise.table(results_noise)))
     out()
 
 
