@@ -2,7 +2,8 @@
 
 AWS request quotas are token buckets: so many requests a second, with a second's worth of burst. A client sending at
 a rate ``r`` over a quota ``Q`` has ``1 - Q / r`` of its requests throttled; under it, none. A service overloaded for a
-while throttles a share whatever the rate (S3's ``SlowDown``): background. The law (docs/decides.md, "Pacing"):
+while throttles a share whatever the rate (S3's ``SlowDown``): background. The law (docs/decides.md, "Slow and
+throttling dependencies, and the Lambda deadline", where each constant's value is argued):
 
 * **Rounds.** Answers are judged in rounds of at least ROUND_ANSWERS answers and ROUND_SECONDS, at most LONGEST_ROUND;
   answers to requests sent before the limit was last lowered are not counted. Requests still in flight count as not
