@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from cleanup.telemetry import LOGGER_NAME
 from tests.proxy import FaultPlan, FaultProxy
 from tests.scenarios.helpers import World, deliver_like_lambda, new_ids
-from tests.stack import SessionStack
+from tests.stack import SessionStack, shared_client
 from worker.local.backend import LocalAws
 from worker.local.gateway import LocalGateway
 
@@ -53,6 +53,7 @@ def measure(sessions: int, share: float) -> list[Timed]:
     logging.getLogger(LOGGER_NAME).propagate = False
     with LocalAws() as aws, LocalGateway() as gateway, ExitStack() as proxies:
         aws.use()
+        shared_client.cache_clear()  # a server of its own: clients made for another one (section 9's) are made again
         plan = FaultPlan(rate=0.0, seed=1, kinds=("throttle",))
         aws_proxy = proxies.enter_context(FaultProxy(aws.endpoint_url, plan))
         gateway_proxy = proxies.enter_context(FaultProxy(gateway.callback_url, plan))
