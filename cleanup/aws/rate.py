@@ -19,8 +19,8 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   of all, aim together at the same point.
 * **Growth.** Under the target, and only while the limit holds requests back (a limit that holds nothing back says
   nothing of the quota), the limit grows on CUBIC's curve in logarithms: back towards the limit it was lowered from
-  (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than FASTEST a second.
-  Grown past UNLIMITED, the limit is dropped.
+  (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than FASTEST a second
+  nor STEP an answer. Grown past UNLIMITED, the limit is dropped.
 * **Background, told by a fit.** Over the last ROUNDS rounds, the answers are explained two ways: the same share at
   every rate (background), and a quota, the best one for the rounds. When the rates span SPAN, background explains
   them better by VERDICT nats, and their share is over the target by VERDICT nats, that share is taken as the
@@ -174,8 +174,8 @@ class Rate:
         with self._lock:
             taken = self.limit is None and math.isfinite(limit)
             if taken:
-                self.limit = min(max(limit, self.FLOOR), self.UNLIMITED)
-                self._plateau, self._grown, self._climb = self.limit, 0.0, 0.0
+                seeded = min(max(limit, self.FLOOR), self.UNLIMITED)
+                self._set(seeded, plateau=seeded)
                 self._first = False  # the quota's burst is not whole: the sender has been using it
                 self._new_round(self._clock(), lowered=True)
             return taken
@@ -206,15 +206,15 @@ class Rate:
             full = self._answers >= self.ROUND_ANSWERS and elapsed >= self.ROUND_SECONDS
             if not (alarm or full or elapsed >= self.LONGEST_ROUND):
                 return None
-            return self._close(now, elapsed, Round(self._throttled, counted, 0.0), alarm=alarm)
+            return self._close(now, elapsed, counted, alarm=alarm)
 
-    def _close(self, now: float, elapsed: float, answers: Round, *, alarm: bool) -> float | None:
-        """The round ends with ``answers`` (its rate yet to be measured): the new limit if lowered (the caller holds
-        the lock)."""
+    def _close(self, now: float, elapsed: float, counted: int, *, alarm: bool) -> float | None:
+        """The round ends with ``counted`` answers (those in flight among them): the new limit if lowered (the caller
+        holds the lock)."""
         before, waited = self.limit, self._waited
         first, self._first = self._first, False
         sent = max(self._given - self._ahead(now), self._answers)
-        answers = Round(answers.throttled, answers.answers, max(sent / max(elapsed, 1e-3), 1e-3))
+        answers = Round(self._throttled, counted, max(sent / max(elapsed, 1e-3), 1e-3))
         self._highest = max(self._highest, math.inf if before is None else before)
         if answers.answers >= self.MIN_ANSWERS and (before is not None or not alarm):
             self._rounds.append(answers)  # not a first burst's: its admitted calls are still in flight
@@ -245,8 +245,8 @@ class Rate:
             return None
         # The curve flattens at the limit before (found too high, only just), or, far over a quota (a first burst, a
         # quota lowered: more throttled than any background), at the quota's rate as this round shows it.
-        far = before is None or share > self.MAX_BACKGROUND + self.TARGET
-        self._set(limit, plateau=max(limit, aimed if far or before is None else before))
+        far = share > self.MAX_BACKGROUND + self.TARGET
+        self._set(limit, plateau=max(limit, aimed if before is None or far else before))
         self._new_round(now, lowered=True)
         return limit
 
