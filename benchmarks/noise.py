@@ -22,10 +22,10 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from benchmarks.quota import proxied_world
 from cleanup.telemetry import LOGGER_NAME
-from tests.proxy import FaultPlan, FaultProxy
-from tests.scenarios.helpers import World, deliver_like_lambda, new_ids
-from tests.stack import SessionStack, shared_client
+from tests.scenarios.helpers import deliver_like_lambda, new_ids
+from tests.stack import shared_client
 from worker.local.backend import LocalAws
 from worker.local.gateway import LocalGateway
 
@@ -54,10 +54,9 @@ def measure(sessions: int, share: float) -> list[Timed]:
     with LocalAws() as aws, LocalGateway() as gateway, ExitStack() as proxies:
         aws.use()
         shared_client.cache_clear()  # a server of its own: clients made for another one (section 9's) are made again
-        plan = FaultPlan(rate=0.0, seed=1, kinds=("throttle",))
-        aws_proxy = proxies.enter_context(FaultProxy(aws.endpoint_url, plan))
-        gateway_proxy = proxies.enter_context(FaultProxy(gateway.callback_url, plan))
-        world = World(SessionStack.create(aws, "noise"), gateway, plan, aws_proxy, gateway_proxy)
+        world = proxied_world(aws, gateway, "noise", proxies)
+        plan = world.plan
+        plan.kinds = ("throttle",)  # throttling answers only, when the rate is set
         runtime = world.runtime()
         invoke = world.invoker(runtime)
         timed = []

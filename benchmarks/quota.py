@@ -69,7 +69,7 @@ class Paced:
         return self.clean and self.throttled_per_admitted <= TARGET_THROTTLED and self.share >= TARGET_SHARE
 
 
-def _world(aws: LocalAws, gateway: LocalGateway, name: str, stack: ExitStack) -> World:
+def proxied_world(aws: LocalAws, gateway: LocalGateway, name: str, stack: ExitStack) -> World:
     """A stack of its own behind fault proxies (closed with ``stack``), no fault but the quota set later."""
     plan = FaultPlan(rate=0.0, seed=1, delay_seconds=HTTP_TIMEOUT + 0.3)
     aws_proxy = stack.enter_context(FaultProxy(aws.endpoint_url, plan))
@@ -86,7 +86,7 @@ def _paced(world: World, case: str, sessions: int, quota: float, clean: bool) ->
 def one_batch(aws: LocalAws, gateway: LocalGateway, sessions: int, quota: float) -> Paced:
     """``sessions`` ending at once, cleaned in one invocation under ``quota`` RetireGrant a second."""
     with ExitStack() as proxies:
-        world = _world(aws, gateway, "quota-batch", proxies)
+        world = proxied_world(aws, gateway, "quota-batch", proxies)
         ended = world.make_sessions(new_ids(sessions, "batch"), sockets=min(10, sessions), objects=1)
         world.end(ended)
         event = {"Records": world.records()}
@@ -105,7 +105,7 @@ def one_batch(aws: LocalAws, gateway: LocalGateway, sessions: int, quota: float)
 def expiry(aws: LocalAws, gateway: LocalGateway, sessions: int, quota: float) -> Paced:
     """A mass expiry through the stream's mapping and the backlog's drain (the template's defaults, scaled)."""
     with ExitStack() as proxies:
-        world = _world(aws, gateway, "quota-expiry", proxies)
+        world = proxied_world(aws, gateway, "quota-expiry", proxies)
         mapping = MappingSettings(batch_size=100, timeout=8.0, retry_attempts=5, record_age=-1.0)
         scale = mass_expiry.Run(
             sessions=sessions,
