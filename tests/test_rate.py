@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cleanup.aws.rate import Rate
+from cleanup.aws.rate import Rate, evidence
 from tests.pace_sim import Service, drain, drive
 
 
@@ -332,3 +332,61 @@ def test_a_rate_learnt_elsewhere_that_is_no_number_is_not_taken(pace: float) -> 
     rate = Rate("kms")
 
     assert not rate.seed(pace) and rate.limit is None
+
+
+def test_a_surge_after_a_rounds_admitted_answers_ends_it_aimed_from_the_surges_own_answers() -> None:
+    # A quota lowered in the middle of a round: its first 30 answers admitted, every one after throttled. Over the whole
+    # round the share is far from an alarm when the surge is sure; the limit is aimed from the surge's answers alone.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    assert rate.seed(100.0)
+    sent = sent_over(rate, clock, 40, 0.2)  # asked at 200 a second: the turns wait for the limit's, 100 a second
+    assert answered(rate, clock, sent[:30], [False] * 30) is None
+
+    throttled = 0
+    lowered = None
+    while lowered is None and throttled < 10:
+        lowered = answered(rate, clock, [sent[30 + throttled]], [True])
+        throttled += 1
+
+    expected = Rate.PRIOR + Rate.TARGET
+    assert lowered is not None and throttled <= 6
+    assert evidence(throttled / (30 + throttled), expected, 30 + throttled) < Rate.ALARM / 4  # the round: no alarm
+    assert lowered == pytest.approx(100.0 * (1.0 - (throttled + 0.5) / (throttled + 1.0)) / (1.0 - expected))
+
+
+def fifth_throttled_rounds(rate: Rate, clock: FakeClock, rounds: int) -> None:
+    """``rounds`` rounds of 25 answers over 1.25 s, a fifth of them throttled, spread out."""
+    for _ in range(rounds):
+        answered(rate, clock, sent_over(rate, clock, 25, 1.25), [index % 5 == 0 for index in range(25)])
+
+
+@pytest.mark.parametrize("fitted", [0, 3])
+def test_a_run_of_throttled_answers_is_a_surge_only_over_the_share_the_fitted_rounds_throw(fitted: int) -> None:
+    # Five throttled answers in a row: a surge over the target's share, not over a fifth thrown at random all along.
+    clock = FakeClock()
+    rate = Rate("s3", clock=clock)
+    assert rate.seed(100.0)
+    fifth_throttled_rounds(rate, clock, fitted)
+    limit = rate.limit
+
+    lowered = answered(rate, clock, sent_over(rate, clock, 15, 0.1), [False] * 10 + [True] * 5)
+
+    assert (lowered is None and rate.limit == limit) if fitted else (lowered is not None and lowered < 0.5 * limit)
+
+
+def test_an_alarm_right_after_a_background_verdict_puts_the_background_back() -> None:
+    # A fifth throttled at every rate the limit went down through: background, and the limit put back where it was
+    # (none: it was seeded). The round after it floods a quota the sender shares, whose other senders' moves it does
+    # not see: that was no background.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    assert rate.seed(100.0)
+    for _ in range(4):  # rounds of a little over a second at the limit, each lowering it
+        count = math.ceil(1.2 * (rate.limit or math.inf))
+        answered(rate, clock, sent_over(rate, clock, count, 0.0), [index % 5 == 0 for index in range(count)])
+    assert 0.15 <= rate.background <= 0.25 and rate.limit is None
+
+    lowered = answered(rate, clock, sent_over(rate, clock, 30, 0.06), [True] * 30)
+
+    assert lowered is not None and rate.background == Rate.PRIOR

@@ -17,6 +17,11 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   a quota lowered). The first round's alarm counts the quota's burst in what it let through. A limit aimed at a
   quota's share rather than just under the quota keeps it full: several senders on one quota, each seeing the share
   of all, aim together at the same point.
+* **A surge.** While a limit is set, Page's CUSUM of the round's answers watches for the share a rate SURGE times
+  over such a quota would throttle (over the fitted rounds' share, where that is higher: scattered throttling has runs);
+  sure by ALARM nats and the logarithm of the answers it could have begun at, it ends the round as an alarm does, the
+  limit aimed from the surge's own answers (a quota lowered in the middle of a round: the answers before it say
+  nothing of it).
 * **Growth.** Under the target, and only while the limit holds requests back (a limit that holds nothing back says
   nothing of the quota), the limit grows on CUBIC's curve in logarithms: back towards the limit it was lowered from
   (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than FASTEST a second
@@ -24,7 +29,8 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
 * **Background, told by a fit.** Over the last ROUNDS rounds, the answers are explained two ways: the same share at
   every rate (background), and a quota, the best one for the rounds. When the rates span SPAN, background explains
   them better by VERDICT nats, and their share is over the target by VERDICT nats, that share is taken as the
-  background (at most MAX_BACKGROUND) and the limit is put back where it was before (none, if none). A quota
+  background (at most MAX_BACKGROUND) and the limit is put back where it was before (none, if none); an alarm in the
+  round after puts the background back too (a quota shared with senders whose moves this one does not see). A quota
   explaining them better by VERDICT nats brings a background down to the share at the slowest rate. Rounds whose slower
   half, or newest, throttle surely more than the rest (Z standard errors) are neither: the quota changed, and the fit
   starts anew. Until a fit says otherwise, the background is PRIOR.
@@ -113,11 +119,11 @@ class Rate:
     ROUND_SECONDS = 1.0  # and spans at least this long (a quota is counted per second)
     LONGEST_ROUND = 3.0  # seconds: a round ends then, however few its answers (a few requests a second)
     MIN_ANSWERS = 8  # an alarm needs this many answers, and a round this many to be fitted
-    MIN_THROTTLED = 3  # and an alarm this many throttled
+    SURGE = 4.0  # a surge: a rate this many times what a quota at the target lets through
     DAMPING = 10.0  # answers: a round of n answers lowers the limit n / (n + DAMPING) of the way its share says
     CUBIC = 4e-4  # per second cubed: the growth curve, in logarithms (a 10% decrease regrown in 6.4 s)
     FASTEST = 0.25  # per second: the growth, in logarithms, at most
-    STEP = 0.05  # and per answer of the round that grows it (between two looks at the quota, as much at any rate)
+    STEP = 0.07  # and per answer of the round that grows it (between two looks at the quota, as much at any rate)
     ROUNDS = 12  # the rounds fitted
     FIT_ROUNDS = 4  # the fewest rounds fitted
     SPAN = math.log(1.3)  # their rates span this much (in logarithms) before background is told from a quota
@@ -140,6 +146,10 @@ class Rate:
         self._given = 0  # turns given in the round
         self._waited = False  # whether a request of the round waited for its turn
         self._first = True  # the first round: the quota's burst is whole
+        self._usual = 0.0  # the share the fitted rounds throttled, pooled (at most MAX_BACKGROUND + TARGET)
+        self._surge = 0.0  # nats: the round's CUSUM for a surge (``_watch``)
+        self._calm = (0, 0)  # the round's answers, and throttled ones, when it was last at zero
+        self._probe: float | None = None  # the background before a verdict, while the round after it probes
         self._highest = math.inf  # the highest limit since the last verdict (inf: none), put back for background
         self._plateau = 0.0  # the limit the growth curve flattens at (CUBIC's W_max)
         self._grown = 0.0  # seconds grown on the curve since the limit was last lowered
@@ -196,21 +206,41 @@ class Rate:
             self._throttled += throttled
             elapsed = now - self._start
             counted = max(self._answers, min(self._answers + outstanding, self._given))  # in flight: not throttled
-            share = self._throttled / counted
+            expected = self.background + self.TARGET
+            surge = self._watch(throttled=throttled, in_flight=counted - self._answers)
             alarm = (
                 throttled
-                and self._throttled >= self.MIN_THROTTLED
                 and counted >= self.MIN_ANSWERS
-                and evidence(share, self.background + self.TARGET, counted) >= self.ALARM
+                and evidence(self._throttled / counted, expected, counted) >= self.ALARM
             )
             full = self._answers >= self.ROUND_ANSWERS and elapsed >= self.ROUND_SECONDS
-            if not (alarm or full or elapsed >= self.LONGEST_ROUND):
+            if not (alarm or surge or full or elapsed >= self.LONGEST_ROUND):
                 return None
-            return self._close(now, elapsed, counted, alarm=alarm)
+            return self._close(now, elapsed, counted, alarm=alarm, surge=None if alarm else surge)
 
-    def _close(self, now: float, elapsed: float, counted: int, *, alarm: bool) -> float | None:
-        """The round ends with ``counted`` answers (those in flight among them): the new limit if lowered (the caller
+    def _watch(self, *, throttled: bool, in_flight: int) -> tuple[int, int] | None:
+        """Page's CUSUM of the round's answers for a surge: the share a rate SURGE times what a quota lets through would
+        have throttled, the quota's share being the target's, or the fitted rounds' where that is higher (a surge over
+        what scattered throttling has been throwing, not a run of it). While a limit is set: the answers since the
+        surge began (those in flight among them, counted as not throttled) and the throttled ones among them, once it
+        is surely one (ALARM nats, and the logarithm of the answers it could have begun at); else None (the caller
         holds the lock)."""
+        over = max(self.background + self.TARGET, self._usual)
+        surge = 1.0 - (1.0 - over) / self.SURGE
+        up, down = math.log(surge / over), math.log((1.0 - surge) / (1.0 - over))
+        self._surge += up if throttled else down
+        if self._surge <= 0.0:
+            self._surge, self._calm = 0.0, (self._answers, self._throttled)
+        sure = self._surge + in_flight * down >= self.ALARM + math.log(self._answers)
+        if self.limit is None or not throttled or not sure:
+            return None
+        return self._answers - self._calm[0] + in_flight, self._throttled - self._calm[1]
+
+    def _close(
+        self, now: float, elapsed: float, counted: int, *, alarm: bool, surge: tuple[int, int] | None = None
+    ) -> float | None:
+        """The round ends with ``counted`` answers (those in flight among them), on an ``alarm``, a ``surge`` (its
+        answers and throttled ones) or in time: the new limit if lowered (the caller holds the lock)."""
         before, waited = self.limit, self._waited
         first, self._first = self._first, False
         sent = max(self._given - self._ahead(now), self._answers)
@@ -218,12 +248,16 @@ class Rate:
         self._highest = max(self._highest, math.inf if before is None else before)
         if answers.answers >= self.MIN_ANSWERS and (before is not None or not alarm):
             self._rounds.append(answers)  # not a first burst's: its admitted calls are still in flight
+        probe, self._probe = self._probe, None
         if self._background():
             self._new_round(now, lowered=True)
             return None
+        alarm |= surge is not None
+        if alarm and probe is not None:  # the limit put back for background found a quota: it was not background
+            self.background = probe
         share = answers.throttled / answers.answers
         expected = self.background + self.TARGET
-        if share <= expected:
+        if share <= expected and not alarm:
             if before is not None and waited:
                 self._grow(before, elapsed, answers.answers)
             self._new_round(now, lowered=False)
@@ -234,7 +268,9 @@ class Rate:
         # The pace the answers were sent at: the limit, where it held requests back (a batch's calls go at its pace),
         # else what was sent; and where a quota letting through what this round's did would throttle the target.
         paced = before if before is not None and waited else answers.rate
-        let_through = 1.0 - (answers.throttled + 0.5) / (answers.answers + 1.0)  # all throttled: not none let through
+        # A surge's own answers say what gets through now; the whole round's, what got through before it too.
+        seen, throttled = surge or (answers.answers, answers.throttled)
+        let_through = 1.0 - (throttled + 0.5) / (seen + 1.0)  # all throttled: not none let through
         aimed = paced * let_through / (1.0 - expected)
         if first:  # what the first burst let through includes the quota's burst, a second's worth
             aimed = min(aimed, (answers.answers - answers.throttled) / (elapsed + 1.0) / (1.0 - expected))
@@ -269,6 +305,7 @@ class Rate:
             and odds >= self.VERDICT
             and evidence(pooled, self.background + self.TARGET, answers) >= self.VERDICT
         ):
+            self._probe = self.background
             self.background = min(self.MAX_BACKGROUND, pooled)
             rounds.clear()
             limit = None if self._highest == math.inf else self._highest
@@ -306,6 +343,11 @@ class Rate:
         before are reserved again."""
         self._start = now
         self._answers = self._throttled = 0
+        self._surge, self._calm = 0.0, (0, 0)
+        self._usual = 0.0
+        if self._rounds:
+            pooled = sum(r.throttled for r in self._rounds) / sum(r.answers for r in self._rounds)
+            self._usual = min(pooled, self.MAX_BACKGROUND + self.TARGET)
         self._given = 0 if lowered else self._ahead(now)  # turns given for later are the new round's, and waited
         self._waited = self._given > 0
         if lowered:
