@@ -27,13 +27,13 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than FASTEST a second
   nor STEP an answer. Grown past UNLIMITED, the limit is dropped.
 * **Background, told by a fit.** Over the last ROUNDS rounds, the answers are explained two ways: the same share at
-  every rate (background), and a quota, the best one for the rounds (at rates close together, the two explain them
-  alike). When background explains them better by VERDICT nats, and their share is over the target by VERDICT nats,
-  that share is taken as the background (at most MAX_BACKGROUND) and the limit is put back where it was before (none,
-  if none); an alarm in the round after puts the background back too (a quota shared with senders whose moves this
-  one does not see). A quota explaining them better by VERDICT nats brings a background down to the share at the
-  slowest rate. Rounds whose slower half, or newest, throttle surely more than the rest (Z standard errors) are
-  neither: the quota changed, and the fit starts anew. Until a fit says otherwise, the background is PRIOR.
+  every rate (background), and a quota, the best one for the rounds. When the rates span SPAN, background explains
+  them better by VERDICT nats, and their share is over the target by VERDICT nats, that share is taken as the
+  background (at most MAX_BACKGROUND) and the limit is put back where it was before (none, if none); an alarm in the
+  round after puts the background back too (a quota shared with senders whose moves this one does not see). A quota
+  explaining them better by VERDICT nats brings a background down to the share at the slowest rate. Rounds whose slower
+  half, or newest, throttle surely more than the rest (Z standard errors) are neither: the quota changed, and the fit
+  starts anew. Until a fit says otherwise, the background is PRIOR.
 
 The limit is never below FLOOR. Requests are spaced to the limit (``reserve``), shared by every thread of the
 process; a request whose turn would come after its caller's deadline is not given one. A decrease takes effect at once:
@@ -126,6 +126,7 @@ class Rate:
     STEP = 0.07  # and per answer of the round that grows it (between two looks at the quota, as much at any rate)
     ROUNDS = 12  # the rounds fitted
     FIT_ROUNDS = 4  # the fewest rounds fitted
+    SPAN = math.log(1.3)  # their rates span this much (in logarithms) before background is told from a quota
     VERDICT = math.log(100.0)  # nats: what tells background from a quota, either way
     Z = 2.0  # standard errors: what says the quota changed
     MAX_BACKGROUND = 0.3  # throttling beyond this share is not taken for background
@@ -297,8 +298,13 @@ class Rate:
             rounds.append(newest)
             return False
         pooled, odds = background_odds(rounds, self.background)
+        span = math.log(max(r.rate for r in rounds) / min(r.rate for r in rounds))
         answers = sum(r.answers for r in rounds)
-        if odds >= self.VERDICT and evidence(pooled, self.background + self.TARGET, answers) >= self.VERDICT:
+        if (
+            span >= self.SPAN
+            and odds >= self.VERDICT
+            and evidence(pooled, self.background + self.TARGET, answers) >= self.VERDICT
+        ):
             self._probe = self.background
             self.background = min(self.MAX_BACKGROUND, pooled)
             rounds.clear()
