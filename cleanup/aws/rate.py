@@ -74,18 +74,22 @@ class Round:
     rate: float
 
 
+def pooled(rounds: Sequence[Round]) -> float:
+    """The throttled share of all the answers of ``rounds`` (at least one)."""
+    return sum(r.throttled for r in rounds) / sum(r.answers for r in rounds)
+
+
 def background_odds(rounds: Sequence[Round], background: float) -> tuple[float, float]:
     """The throttled share pooled over ``rounds``, and the nats by which the same share at every rate explains their
     answers better than the best quota does (a quota ``Q`` throttling ``1 - Q / r`` of a rate ``r`` over it, and the
     ``background`` share of the rest; each round's ``r (1 - s)`` is tried for ``Q``)."""
-    answers = sum(r.answers for r in rounds)
-    pooled = sum(r.throttled for r in rounds) / answers
-    flat = sum(_likelihood(r, pooled) for r in rounds)
+    share = pooled(rounds)
+    flat = sum(_likelihood(r, share) for r in rounds)
     best = -math.inf
     for trial in rounds:
         quota = trial.rate * (1.0 - trial.throttled / trial.answers)
         best = max(best, sum(_likelihood(r, 1.0 - (1.0 - background) * min(1.0, quota / r.rate)) for r in rounds))
-    return pooled, flat - best
+    return share, flat - best
 
 
 def changed(rounds: Sequence[Round], z: float) -> bool:
@@ -207,7 +211,7 @@ class Rate:
             elapsed = now - self._start
             counted = max(self._answers, min(self._answers + outstanding, self._given))  # in flight: not throttled
             expected = self.background + self.TARGET
-            surge = self._watch(throttled=throttled, in_flight=counted - self._answers)
+            surge = self._watch(throttled=throttled, expected=expected, in_flight=counted - self._answers)
             alarm = (
                 throttled
                 and counted >= self.MIN_ANSWERS
@@ -218,14 +222,14 @@ class Rate:
                 return None
             return self._close(now, elapsed, counted, alarm=alarm, surge=None if alarm else surge)
 
-    def _watch(self, *, throttled: bool, in_flight: int) -> tuple[int, int] | None:
+    def _watch(self, *, throttled: bool, expected: float, in_flight: int) -> tuple[int, int] | None:
         """Page's CUSUM of the round's answers for a surge: the share a rate SURGE times what a quota lets through would
-        have throttled, the quota's share being the target's, or the fitted rounds' where that is higher (a surge over
-        what scattered throttling has been throwing, not a run of it). While a limit is set: the answers since the
-        surge began (those in flight among them, counted as not throttled) and the throttled ones among them, once it
-        is surely one (ALARM nats, and the logarithm of the answers it could have begun at); else None (the caller
-        holds the lock)."""
-        over = max(self.background + self.TARGET, self._usual)
+        have throttled, the quota's share being the ``expected`` one, or the fitted rounds' where that is higher (a
+        surge over what scattered throttling has been throwing, not a run of it). While a limit is set: the answers
+        since the surge began (those in flight among them, counted as not throttled) and the throttled ones among them,
+        once it is surely one (ALARM nats, and the logarithm of the answers it could have begun at); else None (the
+        caller holds the lock)."""
+        over = max(expected, self._usual)
         surge = 1.0 - (1.0 - over) / self.SURGE
         up, down = math.log(surge / over), math.log((1.0 - surge) / (1.0 - over))
         self._surge += up if throttled else down
@@ -297,16 +301,16 @@ class Rate:
             rounds.clear()
             rounds.append(newest)
             return False
-        pooled, odds = background_odds(rounds, self.background)
+        share, odds = background_odds(rounds, self.background)
         span = math.log(max(r.rate for r in rounds) / min(r.rate for r in rounds))
         answers = sum(r.answers for r in rounds)
         if (
             span >= self.SPAN
             and odds >= self.VERDICT
-            and evidence(pooled, self.background + self.TARGET, answers) >= self.VERDICT
+            and evidence(share, self.background + self.TARGET, answers) >= self.VERDICT
         ):
             self._probe = self.background
-            self.background = min(self.MAX_BACKGROUND, pooled)
+            self.background = min(self.MAX_BACKGROUND, share)
             rounds.clear()
             limit = None if self._highest == math.inf else self._highest
             self._set(limit, plateau=limit or 0.0)
@@ -346,8 +350,7 @@ class Rate:
         self._surge, self._calm = 0.0, (0, 0)
         self._usual = 0.0
         if self._rounds:
-            pooled = sum(r.throttled for r in self._rounds) / sum(r.answers for r in self._rounds)
-            self._usual = min(pooled, self.MAX_BACKGROUND + self.TARGET)
+            self._usual = min(pooled(self._rounds), self.MAX_BACKGROUND + self.TARGET)
         self._given = 0 if lowered else self._ahead(now)  # turns given for later are the new round's, and waited
         self._waited = self._given > 0
         if lowered:
