@@ -13,6 +13,7 @@ The cases and their targets:
 | case | measure | target |
 |---|---|---|
 | random throttling at 5, 10, 20% | throughput against the same demand unpaced | every draw >= 0.8 |
+| the same, from 20 s on (after a clean start) | the same, from then on | every draw >= 0.8 |
 | one sender at a quota | admitted share of the quota; throttled per admitted | >= 0.95; <= 0.15 |
 | a 40 s batch at 3 or 5/s | the same, from its first request | >= 0.95; <= 0.15 |
 | 2, 3, 4 senders on one quota | admitted together; throttled per admitted | >= 0.95; <= 0.25 |
@@ -23,7 +24,7 @@ Throughput under random throttling is the calls admitted, against the same calle
 is pacing that cost nothing (a throttled answer is back in 5 ms, so unpaced callers lose little to it; in the bursty
 shape, a throttled call's retry after its back-off is the work's own cost whatever the law). A bursty sender's share
 of a quota is of what its demand could use: the lower of the quota and what the same batches admit unthrottled and
-unpaced. Steady cases are counted from 10 s to 60 s.
+unpaced. Steady cases are counted from 10 s to 60 s; random throttling that begins at 20 s, from then on.
 
     python -m benchmarks.pacing                 # 100 draws a case, on every core
     python -m benchmarks.pacing --draws 10 --jobs 1
@@ -56,7 +57,7 @@ LAWS: dict[str, LawFactory] = {"this law (cleanup.aws.rate)": learnt, "the law b
 
 SECONDS = 60.0  # a steady case runs this long
 SINCE = 10.0  # and is counted from here
-CHANGE_AT = 20.0  # a quota raised or lowered here
+CHANGE_AT = 20.0  # a quota raised or lowered here, or random throttling begun after a clean start
 BIN = 0.1  # seconds: the bins a lowered quota's throttled bursts are counted in
 BURST_WINDOW = 10.0  # and over how long after the change
 BURSTY_BATCH = (1, 100)  # calls at once, bursty demand
@@ -121,6 +122,16 @@ def noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
     run = partial(drive, seconds=SECONDS, workers=workers, latency=latency, since=SINCE)
     unpaced = run(Service(random_share=share, seed=draw), law=Unpaced)
     paced = run(Service(random_share=share, seed=draw), law=law)
+    return (paced.admitted / unpaced.admitted,)
+
+
+def late_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
+    """Random throttling from CHANGE_AT on: the rounds fitted before it throttled none."""
+    rng = draws(draw, f"late{share}")
+    workers, latency = rng.randint(2, 8), rng.uniform(0.05, 0.3)
+    run = partial(drive, seconds=SECONDS, workers=workers, latency=latency, since=CHANGE_AT)
+    unpaced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=Unpaced)
+    paced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=law)
     return (paced.admitted / unpaced.admitted,)
 
 
@@ -201,6 +212,13 @@ def bursty_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
     return (paced.admitted / unpaced.admitted,)
 
 
+def bursty_late_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
+    run = partial(drain, seconds=SECONDS, learners=1, start=None, batch=BURSTY_BATCH, since=CHANGE_AT, draw=draw)
+    unpaced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=Unpaced)
+    paced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=law)
+    return (paced.admitted / unpaced.admitted,)
+
+
 def bursty_quota(senders: int, law: LawFactory, draw: int) -> tuple[float, ...]:
     quota = log_uniform(draws(draw, f"bursty{senders}"), 2.0, 50.0)
     demand = bursty(senders, Service(), Unpaced, draw).admitted
@@ -210,12 +228,20 @@ def bursty_quota(senders: int, law: LawFactory, draw: int) -> tuple[float, ...]:
 
 CASES = (
     *(Case(f"random throttling {share:.0%}", "continuous", KEPT, partial(noise, share)) for share in NOISE),
+    *(
+        Case(f"random throttling {share:.0%} from 20 s", "continuous", KEPT, partial(late_noise, share))
+        for share in NOISE
+    ),
     Case("one sender at a quota", "continuous", ONE, one_sender),
     Case("a 40 s batch at 3 or 5/s", "continuous", ONE, short_batch),
     *(Case(f"{n} senders on one quota", "continuous", SHARED, partial(shared, n)) for n in (2, 3, 4)),
     Case("a quota raised 10x", "continuous", FOUND, raised),
     Case("a quota lowered 10x", "continuous", BURSTS, lowered),
     *(Case(f"random throttling {share:.0%}", "bursty", KEPT, partial(bursty_noise, share)) for share in NOISE),
+    *(
+        Case(f"random throttling {share:.0%} from 20 s", "bursty", KEPT, partial(bursty_late_noise, share))
+        for share in NOISE
+    ),
     Case("one sender at a quota", "bursty", ONE, partial(bursty_quota, 1)),
     *(Case(f"{n} senders on one quota", "bursty", SHARED, partial(bursty_quota, n)) for n in (2, 3, 4)),
 )

@@ -90,13 +90,14 @@ class Tally:
 
 @dataclass
 class Service:
-    """Throttles beyond ``quota`` requests a second (a bucket holding a second's worth), or ``random_share`` of all;
-    ``changes``: (when, quota) the quota is set to from then on, in order of time."""
+    """Throttles beyond ``quota`` requests a second (a bucket holding a second's worth), or ``random_share`` of all
+    from ``noise_since`` on; ``changes``: (when, quota) the quota is set to from then on, in order of time."""
 
     quota: float | None = None
     random_share: float = 0.0
     seed: int = 1
     changes: tuple[tuple[float, float], ...] = ()
+    noise_since: float = 0.0
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -114,7 +115,7 @@ class Service:
             if self._tokens < 1.0:
                 return True
             self._tokens -= 1.0
-        return self._random.random() < self.random_share
+        return now >= self.noise_since and self._random.random() < self.random_share
 
 
 def drive(

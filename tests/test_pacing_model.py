@@ -25,6 +25,15 @@ def test_a_quota_changed_mid_run_throttles_at_the_new_quota() -> None:
     assert 35 <= sum(after) <= 42  # 10 s at 1 a second admits 10 of 50 (and the bucket's second)
 
 
+def test_random_throttling_begins_when_told() -> None:
+    service = Service(random_share=0.5, seed=3, noise_since=5.0)
+    before = [service.throttles(n * 0.01) for n in range(500)]
+    after = [service.throttles(5.0 + n * 0.01) for n in range(500)]
+
+    assert not any(before)
+    assert 200 <= sum(after) <= 300  # half, drawn
+
+
 def test_unpaced_callers_send_at_every_turn() -> None:
     tally = drive(Service(), 10.0, workers=4, latency=0.1, law=Unpaced)
 
