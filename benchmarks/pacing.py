@@ -116,23 +116,14 @@ def share_and_throttled(tally: Tally, allowed: float) -> tuple[float, float]:
 
 
 # Continuous demand.
-def noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
-    rng = draws(draw, f"noise{share}")
+def noise(share: float, law: LawFactory, draw: int, begins: float = 0.0) -> tuple[float, ...]:
+    """Random throttling from ``begins`` on (after a clean start, the rounds fitted before it throttled none),
+    counted from then or from SINCE, whichever is later."""
+    rng = draws(draw, f"late{share}" if begins else f"noise{share}")
     workers, latency = rng.randint(2, 8), rng.uniform(0.05, 0.3)
-    run = partial(drive, seconds=SECONDS, workers=workers, latency=latency, since=SINCE)
-    unpaced = run(Service(random_share=share, seed=draw), law=Unpaced)
-    paced = run(Service(random_share=share, seed=draw), law=law)
-    return (paced.admitted / unpaced.admitted,)
-
-
-def late_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
-    """Random throttling from CHANGE_AT on: the rounds fitted before it throttled none."""
-    rng = draws(draw, f"late{share}")
-    workers, latency = rng.randint(2, 8), rng.uniform(0.05, 0.3)
-    run = partial(drive, seconds=SECONDS, workers=workers, latency=latency, since=CHANGE_AT)
-    unpaced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=Unpaced)
-    paced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=law)
-    return (paced.admitted / unpaced.admitted,)
+    run = partial(drive, seconds=SECONDS, workers=workers, latency=latency, since=max(SINCE, begins))
+    service = partial(Service, random_share=share, seed=draw, noise_since=begins)
+    return (run(service(), law=law).admitted / run(service(), law=Unpaced).admitted,)
 
 
 def one_sender(law: LawFactory, draw: int) -> tuple[float, ...]:
@@ -202,21 +193,15 @@ def throttled_bursts(tally: Tally, since: float) -> float:
 
 
 # Bursty demand: batches of calls at once (the backlog's drain, a Lambda batch's fan-out).
-def bursty(learners: int, service: Service, law: LawFactory, draw: int, seconds: float = SECONDS) -> Tally:
-    return drain(service, seconds, learners=learners, start=None, batch=BURSTY_BATCH, since=SINCE, draw=draw, law=law)
+def bursty(learners: int, service: Service, law: LawFactory, draw: int, since: float = SINCE) -> Tally:
+    return drain(service, SECONDS, learners=learners, start=None, batch=BURSTY_BATCH, since=since, draw=draw, law=law)
 
 
-def bursty_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
-    unpaced = bursty(1, Service(random_share=share, seed=draw), Unpaced, draw)
-    paced = bursty(1, Service(random_share=share, seed=draw), law, draw)
-    return (paced.admitted / unpaced.admitted,)
-
-
-def bursty_late_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
-    run = partial(drain, seconds=SECONDS, learners=1, start=None, batch=BURSTY_BATCH, since=CHANGE_AT, draw=draw)
-    unpaced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=Unpaced)
-    paced = run(Service(random_share=share, seed=draw, noise_since=CHANGE_AT), law=law)
-    return (paced.admitted / unpaced.admitted,)
+def bursty_noise(share: float, law: LawFactory, draw: int, begins: float = 0.0) -> tuple[float, ...]:
+    """As ``noise``, in batches."""
+    service = partial(Service, random_share=share, seed=draw, noise_since=begins)
+    since = max(SINCE, begins)
+    return (bursty(1, service(), law, draw, since).admitted / bursty(1, service(), Unpaced, draw, since).admitted,)
 
 
 def bursty_quota(senders: int, law: LawFactory, draw: int) -> tuple[float, ...]:
@@ -229,7 +214,7 @@ def bursty_quota(senders: int, law: LawFactory, draw: int) -> tuple[float, ...]:
 CASES = (
     *(Case(f"random throttling {share:.0%}", "continuous", KEPT, partial(noise, share)) for share in NOISE),
     *(
-        Case(f"random throttling {share:.0%} from 20 s", "continuous", KEPT, partial(late_noise, share))
+        Case(f"random throttling {share:.0%} from 20 s", "continuous", KEPT, partial(noise, share, begins=CHANGE_AT))
         for share in NOISE
     ),
     Case("one sender at a quota", "continuous", ONE, one_sender),
@@ -239,7 +224,7 @@ CASES = (
     Case("a quota lowered 10x", "continuous", BURSTS, lowered),
     *(Case(f"random throttling {share:.0%}", "bursty", KEPT, partial(bursty_noise, share)) for share in NOISE),
     *(
-        Case(f"random throttling {share:.0%} from 20 s", "bursty", KEPT, partial(bursty_late_noise, share))
+        Case(f"random throttling {share:.0%} from 20 s", "bursty", KEPT, partial(bursty_noise, share, begins=CHANGE_AT))
         for share in NOISE
     ),
     Case("one sender at a quota", "bursty", ONE, partial(bursty_quota, 1)),
