@@ -24,16 +24,18 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   nothing of it).
 * **Growth.** Under the target, and only while the limit holds requests back (a limit that holds nothing back says
   nothing of the quota), the limit grows on CUBIC's curve in logarithms: back towards the limit it was lowered from
-  (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than FASTEST a second
-  nor STEP an answer. Grown past UNLIMITED, the limit is dropped.
-* **Background, told by a fit.** Over the last ROUNDS rounds, the answers are explained two ways: the same share at
-  every rate (background), and a quota, the best one for the rounds. When the rates span SPAN, background explains
-  them better by VERDICT nats, and their share is over the target by VERDICT nats, that share is taken as the
-  background (at most MAX_BACKGROUND) and the limit is put back where it was before (none, if none); an alarm in the
-  round after puts the background back too (a quota shared with senders whose moves this one does not see). A quota
-  explaining them better by VERDICT nats brings a background down to the share at the slowest rate. Rounds whose slower
-  half, or newest, throttle surely more than the rest (Z standard errors) are neither: the quota changed, and the fit
-  starts anew. Until a fit says otherwise, the background is PRIOR.
+  (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than STEP an answer
+  of the round that grows it. Grown only while it holds requests back, a limit never outgrows the demand by more than
+  a round's growth, and is kept.
+* **Background, told by a fit.** Over the last ROUNDS rounds (FIT_ROUNDS at least), the answers are explained two
+  ways: the same share at every rate (background), and a quota, the best one for the rounds; rounds at one rate are
+  explained as well by either, so only rates that differ tell them apart. When background explains them better by
+  VERDICT nats, and their share is over the target by VERDICT nats, that share is taken as the background (at most
+  MAX_BACKGROUND) and the limit is put back where it was before (none, if none); an alarm in the round after puts the
+  background back too (a quota shared with senders whose moves this one does not see). A quota explaining them better
+  by VERDICT nats brings a background down to the share at the slowest rate. Rounds whose slower half, or newest,
+  throttle surely more than the rest (Z standard errors) are neither: the quota changed, and the fit starts anew.
+  Until a fit says otherwise, the background is PRIOR.
 
 The limit is never below FLOOR. Requests are spaced to the limit (``reserve``), shared by every thread of the
 process; a request whose turn would come after its caller's deadline is not given one. A decrease takes effect at once:
@@ -126,16 +128,13 @@ class Rate:
     SURGE = 4.0  # a surge: a rate this many times what a quota at the target lets through
     DAMPING = 10.0  # answers: a round of n answers lowers the limit n / (n + DAMPING) of the way its share says
     CUBIC = 4e-4  # per second cubed: the growth curve, in logarithms (a 10% decrease regrown in 6.4 s)
-    FASTEST = 0.25  # per second: the growth, in logarithms, at most
-    STEP = 0.07  # and per answer of the round that grows it (between two looks at the quota, as much at any rate)
+    STEP = 0.07  # per answer of the round that grows it, at most (between two looks at the quota, as much at any rate)
     ROUNDS = 12  # the rounds fitted
     FIT_ROUNDS = 4  # the fewest rounds fitted
-    SPAN = math.log(1.3)  # their rates span this much (in logarithms) before background is told from a quota
     VERDICT = math.log(100.0)  # nats: what tells background from a quota, either way
     Z = 2.0  # standard errors: what says the quota changed
     MAX_BACKGROUND = 0.3  # throttling beyond this share is not taken for background
     FLOOR = 0.5
-    UNLIMITED = 10_000.0  # a limit grown past this is dropped
 
     def __init__(self, service: str = "", clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
@@ -183,12 +182,12 @@ class Rate:
     def seed(self, limit: float) -> bool:
         """Start at ``limit`` requests a second, learnt by another process on the same quota (the stream's worker, for
         the backlog it deferred to: ``Pacer.seed``), while this rate has learnt no limit of its own; whether it was
-        taken. Bounded to FLOOR..UNLIMITED. Without it, a new process's first burst to a quota its sender has used up
-        is throttled as a whole before a limit is set."""
+        taken. At least FLOOR; a limit however high paces nothing, as none does. Without it, a new process's first
+        burst to a quota its sender has used up is throttled as a whole before a limit is set."""
         with self._lock:
             taken = self.limit is None and math.isfinite(limit)
             if taken:
-                seeded = min(max(limit, self.FLOOR), self.UNLIMITED)
+                seeded = max(limit, self.FLOOR)
                 self._set(seeded, plateau=seeded)
                 self._first = False  # the quota's burst is not whole: the sender has been using it
                 self._new_round(self._clock(), lowered=True)
@@ -302,13 +301,8 @@ class Rate:
             rounds.append(newest)
             return False
         share, odds = background_odds(rounds, self.background)
-        span = math.log(max(r.rate for r in rounds) / min(r.rate for r in rounds))
         answers = sum(r.answers for r in rounds)
-        if (
-            span >= self.SPAN
-            and odds >= self.VERDICT
-            and evidence(share, self.background + self.TARGET, answers) >= self.VERDICT
-        ):
+        if odds >= self.VERDICT and evidence(share, self.background + self.TARGET, answers) >= self.VERDICT:
             self._probe = self.background
             self.background = min(self.MAX_BACKGROUND, share)
             rounds.clear()
@@ -326,9 +320,7 @@ class Rate:
         lock)."""
         self._grown += elapsed
         curve = math.log(self._plateau / before) + self.CUBIC * (self._grown - self._climb) ** 3
-        fastest = min(self.FASTEST * elapsed, self.STEP * answers)
-        limit = before * math.exp(min(max(curve, 0.0), fastest))
-        self.limit = None if limit > self.UNLIMITED else limit
+        self.limit = before * math.exp(min(max(curve, 0.0), self.STEP * answers))
 
     def _set(self, limit: float | None, *, plateau: float) -> None:
         """Set the limit, and the growth curve from it to ``plateau`` (the caller holds the lock)."""
