@@ -14,6 +14,7 @@ The cases and their targets:
 |---|---|---|
 | random throttling at 5, 10, 20% | throughput against the same demand unpaced | every draw >= 0.8 |
 | the same, from 20 s on (after a clean start) | the same, from then on | every draw >= 0.8 |
+| the same at 1-10 requests a second, for 120 s | the same | every draw >= 0.8 |
 | one sender at a quota | admitted share of the quota; throttled per admitted | >= 0.95; <= 0.15 |
 | a 40 s batch at 3 or 5/s | the same, from its first request | >= 0.95; <= 0.15 |
 | 2, 3, 4 senders on one quota | admitted together; throttled per admitted | >= 0.95; <= 0.25 |
@@ -62,6 +63,9 @@ BIN = 0.1  # seconds: the bins a lowered quota's throttled bursts are counted in
 BURST_WINDOW = 10.0  # and over how long after the change
 BURSTY_BATCH = (1, 100)  # calls at once, bursty demand
 NOISE = (0.05, 0.10, 0.20)
+SLOW_WORKERS = (1, 3)  # callers, each one request at a time: with SLOW_LATENCY, 1 to 10 requests a second
+SLOW_LATENCY = (0.3, 1.0)  # seconds
+SLOW_SECONDS = 120.0  # a slow case runs this long: a limit lowered round after round takes minutes to crawl
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,21 @@ def noise(share: float, law: LawFactory, draw: int, begins: float = 0.0) -> tupl
     counted from then or from SINCE, whichever is later."""
     rng = draws(draw, f"late{share}" if begins else f"noise{share}")
     workers, latency = rng.randint(2, 8), rng.uniform(0.05, 0.3)
-    run = partial(drive, seconds=SECONDS, workers=workers, latency=latency, since=max(SINCE, begins))
+    return _kept(share, law, draw, workers, latency, SECONDS, begins)
+
+
+def slow_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
+    """Random throttling of a few requests a second: rounds end in time with few answers."""
+    rng = draws(draw, f"slow{share}")
+    workers, latency = rng.randint(*SLOW_WORKERS), rng.uniform(*SLOW_LATENCY)
+    return _kept(share, law, draw, workers, latency, SLOW_SECONDS)
+
+
+def _kept(
+    share: float, law: LawFactory, draw: int, workers: int, latency: float, seconds: float, begins: float = 0.0
+) -> tuple[float, ...]:
+    """Calls admitted under ``law`` against the same callers and noise unpaced."""
+    run = partial(drive, seconds=seconds, workers=workers, latency=latency, since=max(SINCE, begins))
     service = partial(Service, random_share=share, seed=draw, noise_since=begins)
     return (run(service(), law=law).admitted / run(service(), law=Unpaced).admitted,)
 
@@ -215,6 +233,10 @@ CASES = (
     *(Case(f"random throttling {share:.0%}", "continuous", KEPT, partial(noise, share)) for share in NOISE),
     *(
         Case(f"random throttling {share:.0%} from 20 s", "continuous", KEPT, partial(noise, share, begins=CHANGE_AT))
+        for share in NOISE
+    ),
+    *(
+        Case(f"random throttling {share:.0%} at 1-10/s", "continuous", KEPT, partial(slow_noise, share))
         for share in NOISE
     ),
     Case("one sender at a quota", "continuous", ONE, one_sender),

@@ -10,7 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.pacing import CASES, LAWS, Target, found_after, noise, one_sender, throttled_bursts
+from benchmarks.pacing import (
+    CASES,
+    LAWS,
+    SLOW_LATENCY,
+    SLOW_WORKERS,
+    Target,
+    draws,
+    found_after,
+    noise,
+    one_sender,
+    throttled_bursts,
+)
 from tests.pace_sim import Service, Tally, Unpaced, drive, learnt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +43,15 @@ def test_random_throttling_begins_when_told() -> None:
 
     assert not any(before)
     assert 200 <= sum(after) <= 300  # half, drawn
+
+
+@pytest.mark.parametrize("draw", range(5))
+def test_the_slow_noise_callers_ask_a_few_requests_a_second(draw: int) -> None:
+    rng = draws(draw, "slow0.2")
+    workers, latency = rng.randint(*SLOW_WORKERS), rng.uniform(*SLOW_LATENCY)
+    tally = drive(Service(), 20.0, workers=workers, latency=latency, law=Unpaced)
+
+    assert 1.0 * 20.0 <= tally.sent <= 10.0 * 20.0 + workers
 
 
 def test_unpaced_callers_send_at_every_turn() -> None:
