@@ -130,9 +130,14 @@ def noise(share: float, law: LawFactory, draw: int, begins: float = 0.0) -> tupl
 
 def slow_noise(share: float, law: LawFactory, draw: int) -> tuple[float, ...]:
     """Random throttling of a few requests a second: rounds end in time with few answers."""
-    rng = draws(draw, f"slow{share}")
-    workers, latency = rng.randint(*SLOW_WORKERS), rng.uniform(*SLOW_LATENCY)
+    workers, latency = slow_callers(share, draw)
     return _kept(share, law, draw, workers, latency, SLOW_SECONDS)
+
+
+def slow_callers(share: float, draw: int) -> tuple[int, float]:
+    """The callers of ``slow_noise``'s draw, and the latency of their answers."""
+    rng = draws(draw, f"slow{share}")
+    return rng.randint(*SLOW_WORKERS), rng.uniform(*SLOW_LATENCY)
 
 
 def _kept(

@@ -13,13 +13,11 @@ import pytest
 from benchmarks.pacing import (
     CASES,
     LAWS,
-    SLOW_LATENCY,
-    SLOW_WORKERS,
     Target,
-    draws,
     found_after,
     noise,
     one_sender,
+    slow_callers,
     throttled_bursts,
 )
 from tests.pace_sim import Service, Tally, Unpaced, drive, learnt
@@ -47,8 +45,7 @@ def test_random_throttling_begins_when_told() -> None:
 
 @pytest.mark.parametrize("draw", range(5))
 def test_the_slow_noise_callers_ask_a_few_requests_a_second(draw: int) -> None:
-    rng = draws(draw, "slow0.2")
-    workers, latency = rng.randint(*SLOW_WORKERS), rng.uniform(*SLOW_LATENCY)
+    workers, latency = slow_callers(0.2, draw)
     tally = drive(Service(), 20.0, workers=workers, latency=latency, law=Unpaced)
 
     assert 1.0 * 20.0 <= tally.sent <= 10.0 * 20.0 + workers
