@@ -388,7 +388,7 @@ def fifth_throttled_rounds(rate: Rate, clock: FakeClock, rounds: int) -> None:
         answered(rate, clock, sent_over(rate, clock, 25, 1.25), [index % 5 == 0 for index in range(25)])
 
 
-@pytest.mark.parametrize("fitted", [0, 3])
+@pytest.mark.parametrize("fitted", [0, Rate.FIT_ROUNDS])
 def test_a_run_of_throttled_answers_is_a_surge_only_over_the_share_the_fitted_rounds_throw(fitted: int) -> None:
     # Five throttled answers in a row: a surge over the target's share, not over a fifth thrown at random all along.
     clock = FakeClock()
@@ -400,6 +400,35 @@ def test_a_run_of_throttled_answers_is_a_surge_only_over_the_share_the_fitted_ro
     lowered = answered(rate, clock, sent_over(rate, clock, 15, 0.1), [False] * 10 + [True] * 5)
 
     assert (lowered is None and rate.limit == limit) if fitted else (lowered is not None and lowered < 0.5 * limit)
+
+
+@pytest.mark.parametrize("thrown", [False, True])
+def test_a_run_of_throttled_answers_is_an_alarm_only_over_the_share_the_fitted_rounds_throw(thrown: bool) -> None:
+    # Six throttled answers of eight, with no limit: far over the target's share after rounds that threw none, not
+    # over a fifth thrown at random all along (S3's SlowDown under load answers before the requests it admits).
+    clock = FakeClock()
+    rate = Rate("s3", clock=clock)
+    for _ in range(Rate.FIT_ROUNDS):
+        answered(rate, clock, sent_over(rate, clock, 25, 1.25), [thrown and index % 5 == 0 for index in range(25)])
+    assert rate.limit is None
+
+    lowered = answered(rate, clock, sent_over(rate, clock, 8, 0.1), [False] * 2 + [True] * 6)
+
+    assert (lowered is None and rate.limit is None) if thrown else lowered is not None
+
+
+def test_one_round_far_over_the_target_is_no_measure_of_the_usual_share() -> None:
+    # A quota lowered: a round three fifths throttled, then a run of throttled answers. The fitted rounds hold that
+    # round alone, which says what changed, not what is usual: the run is an alarm, lowered again at once.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    assert rate.seed(100.0)
+    first = answered(rate, clock, sent_over(rate, clock, 25, 0.25), [index % 5 < 3 for index in range(25)])
+    assert first is not None
+
+    lowered = answered(rate, clock, sent_over(rate, clock, 8, 0.1), [False] * 2 + [True] * 6)
+
+    assert lowered is not None and lowered < first
 
 
 def test_an_alarm_right_after_a_background_verdict_puts_the_background_back() -> None:

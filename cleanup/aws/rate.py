@@ -13,15 +13,15 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   ``r`` (the limit, when it held requests back; else what was sent) with a throttled share ``s`` says a quota lets
   ``r (1 - s)`` through, so the limit aimed at is ``r (1 - s) / (1 - background - TARGET)``. Over that share, the
   limit is lowered ``n / (n + DAMPING)`` of the way there (in logarithms) after a round of ``n`` answers, and all the
-  way when the share is over the target by ALARM nats of evidence, which also ends the round at once (a first burst,
-  a quota lowered). The first round's alarm counts the quota's burst in what it let through. A limit aimed at a
-  quota's share rather than just under the quota keeps it full: several senders on one quota, each seeing the share
-  of all, aim together at the same point.
+  way when the share is over the target, and over the fitted rounds' share (a run of scattered throttling is no
+  alarm), by ALARM nats of evidence, which also ends the round at once (a first burst, a quota lowered). The first
+  round's alarm counts the quota's burst in what it let through. A limit aimed at a quota's share rather than just
+  under the quota keeps it full: several senders on one quota, each seeing the share of all, aim together at the same
+  point.
 * **A surge.** While a limit is set, Page's CUSUM of the round's answers watches for the share a rate SURGE times
-  over such a quota would throttle (over the fitted rounds' share, where that is higher: scattered throttling has runs);
-  sure by ALARM nats and the logarithm of the answers it could have begun at, it ends the round as an alarm does, the
-  limit aimed from the surge's own answers (a quota lowered in the middle of a round: the answers before it say
-  nothing of it).
+  over such a quota would throttle (over the fitted rounds' share, where that is higher); sure by ALARM nats and the
+  logarithm of the answers it could have begun at, it ends the round as an alarm does, the limit aimed from the
+  surge's own answers (a quota lowered in the middle of a round: the answers before it say nothing of it).
 * **Growth.** Under the target, and only while the limit holds requests back (a limit that holds nothing back says
   nothing of the quota), the limit grows on CUBIC's curve in logarithms: back towards the limit it was lowered from
   (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than STEP an answer
@@ -35,7 +35,8 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   background back too (a quota shared with senders whose moves this one does not see). A quota explaining them better
   by VERDICT nats brings a background down to the share at the slowest rate. Rounds whose slower half, or newest,
   throttle surely more than the rest (Z standard errors) are neither: the quota changed, and the fit starts anew.
-  Until a fit says otherwise, the background is PRIOR.
+  Until a fit says otherwise, the background is PRIOR. The fitted rounds' share is the share pooled over them, once
+  there are FIT_ROUNDS of them (one round is no measure of what is usual: after a quota changed, its first round).
 
 The limit is never below FLOOR. Requests are spaced to the limit (``reserve``), shared by every thread of the
 process; a request whose turn would come after its caller's deadline is not given one. A decrease takes effect at once:
@@ -149,7 +150,8 @@ class Rate:
         self._given = 0  # turns given in the round
         self._waited = False  # whether a request of the round waited for its turn
         self._first = True  # the first round: the quota's burst is whole
-        self._usual = 0.0  # the share the fitted rounds throttled, pooled (at most MAX_BACKGROUND + TARGET)
+        self._usual = 0.0  # the share the fitted rounds throttled, pooled, once FIT_ROUNDS are held (at most
+        # MAX_BACKGROUND + TARGET): an alarm or a surge is over it
         self._surge = 0.0  # nats: the round's CUSUM for a surge (``_watch``)
         self._calm = (0, 0)  # the round's answers, and throttled ones, when it was last at zero
         self._probe: float | None = None  # the background before a verdict, while the round after it probes
@@ -214,7 +216,7 @@ class Rate:
             alarm = (
                 throttled
                 and counted >= self.MIN_ANSWERS
-                and evidence(self._throttled / counted, expected, counted) >= self.ALARM
+                and evidence(self._throttled / counted, max(expected, self._usual), counted) >= self.ALARM
             )
             full = self._answers >= self.ROUND_ANSWERS and elapsed >= self.ROUND_SECONDS
             if not (alarm or surge or full or elapsed >= self.LONGEST_ROUND):
@@ -341,7 +343,7 @@ class Rate:
         self._answers = self._throttled = 0
         self._surge, self._calm = 0.0, (0, 0)
         self._usual = 0.0
-        if self._rounds:
+        if len(self._rounds) >= self.FIT_ROUNDS:
             self._usual = min(pooled(self._rounds), self.MAX_BACKGROUND + self.TARGET)
         self._given = 0 if lowered else self._ahead(now)  # turns given for later are the new round's, and waited
         self._waited = self._given > 0
