@@ -1,8 +1,9 @@
 """A service answering paced requests on a fake clock: a token-bucket quota or random throttling, for ``test_rate``.
 
-``workers`` callers each send one request at a time, at the turns a ``Rate`` gives (a turn given before a cut is
-reserved again, as ``pacing`` does), answered after ``latency`` seconds (a throttling answer sooner). Everything runs
-on a clock of its own, in order of events: the same seed gives the same answers, however loaded the machine.
+``workers`` callers each send one request at a time, at the turns a ``Rate`` gives (a caller waiting for a turn
+given before the limit changed is woken and reserves again, as ``pacing`` does), answered after ``latency`` seconds
+(a throttling answer sooner). Everything runs on a clock of its own, in order of events: the same seed gives the same
+answers, however loaded the machine.
 ``drain`` is the backlog's drain instead: environments taking a batch of messages at a time and reserving its calls'
 turns at once. Both take the pacing ``law`` as a factory (the worker's ``Rate`` by default; ``Unpaced`` sends at every
 turn), so that the pacing benchmark (``benchmarks.pacing``) runs laws side by side on the same draws.
@@ -14,6 +15,7 @@ import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from cleanup.aws.rate import Rate
@@ -136,10 +138,13 @@ def drive(
     events: list[tuple[float, int, int, str, float]] = [(0.0, n, n, "turn", 0.0) for n in range(workers)]
     order = workers
     in_flight = 0
+    waiting: dict[int, tuple[int, float]] = {}  # worker -> its send event still to come, and when its turn was given
     while events:
-        clock.now, _, worker, kind, stamp = heapq.heappop(events)
+        clock.now, seq, worker, kind, stamp = heapq.heappop(events)
         if clock.now > seconds:
             break
+        if kind == "send" and not _come(waiting, worker, seq):
+            continue  # woken before: its turn was given again
         order += 1
         rate = rates[worker % learners]
         counted = clock.now >= since
@@ -149,6 +154,7 @@ def drive(
                 heapq.heappush(events, (clock.now + NO_TURN_RETRY, order, worker, "turn", 0.0))
             else:
                 heapq.heappush(events, (turn, order, worker, "send", clock.now))
+                waiting[worker] = (order, clock.now)
         elif kind == "send" and not rate.current(stamp):  # the turn was given before a cut
             heapq.heappush(events, (clock.now, order, worker, "turn", 0.0))
         elif kind == "send":
@@ -161,6 +167,9 @@ def drive(
         else:
             in_flight -= 1
             rate.answered(stamp, throttled=kind == "throttled", outstanding=in_flight)
+            for other in _woken(waiting, rate, partial(_same, learners, worker)):
+                order += 1
+                heapq.heappush(events, (clock.now, order, other, "turn", 0.0))
             tally.admitted += counted and kind == "admitted"
             tally.throttled += counted and kind == "throttled"
             if counted:
@@ -168,6 +177,29 @@ def drive(
             tally.limits.append(rate.limit)
             heapq.heappush(events, (clock.now, order, worker, "turn", 0.0))
     return tally
+
+
+def _come(waiting: dict[int, tuple[int, float]], key: int, event: int) -> bool:
+    """Whether the send ``event`` is the one ``waiting`` holds (its order first) for caller ``key``, taken out if so:
+    else its caller was woken before it came, and has reserved again."""
+    if waiting.get(key, (None, 0.0))[0] != event:
+        return False
+    del waiting[key]
+    return True
+
+
+def _same(learners: int, worker: int, other: int) -> bool:
+    """Whether ``other`` shares ``worker``'s law, of ``learners``."""
+    return other % learners == worker % learners
+
+
+def _woken(waiting: dict[int, tuple[int, float]], rate: Law, mine: Callable[[int], bool]) -> list[int]:
+    """The keys of ``waiting`` (``mine``: the callers of ``rate``) whose turn ``rate`` no longer holds, taken out:
+    callers woken to reserve again (``Rate.wait``)."""
+    woken = [key for key, (_, given) in waiting.items() if mine(key) and not rate.current(given)]
+    for key in woken:
+        del waiting[key]
+    return woken
 
 
 def drain(
@@ -192,9 +224,11 @@ def drain(
     ``limits`` the learners' limits at the end."""
     run = _Drain(service, learners, start, batch, latency, overhead, backoff, since, draw, law)
     while run.events:
-        run.clock.now, _, kind, learner, stamp = heapq.heappop(run.events)
+        run.clock.now, seq, kind, learner, stamp = heapq.heappop(run.events)
         if run.clock.now > seconds:
             break
+        if kind == "send" and run.waiting.pop(seq, None) is None:
+            continue  # woken before: its turn was given again
         run.step(kind, learner, stamp)
     run.tally.limits = [rate.limit for rate in run.rates]
     return run.tally
@@ -228,6 +262,7 @@ class _Drain:
         self.order = 0
         self.pending = [0] * learners  # calls of the batch not yet admitted
         self.in_flight = [0] * learners
+        self.waiting: dict[int, tuple[int, float]] = {}  # send events still to come: their learner, when given
         for learner in range(learners):
             self.push(self.random.uniform(0.0, 0.5), "batch", learner)
 
@@ -248,6 +283,7 @@ class _Drain:
                 self.push(now + self.backoff * self.random.uniform(0.5, 1.5), "turn", learner)
             else:
                 self.push(turn, "send", learner, now)
+                self.waiting[self.order] = (learner, now)
         elif kind == "send" and not rate.current(stamp):  # the turn was given before a cut
             self.push(now, "turn", learner)
         elif kind == "send":
@@ -263,6 +299,8 @@ class _Drain:
         now = self.clock.now
         self.in_flight[learner] -= 1
         self.rates[learner].answered(stamp, throttled=throttled, outstanding=self.in_flight[learner])
+        for _ in _woken(self.waiting, self.rates[learner], lambda seq: self.waiting[seq][0] == learner):
+            self.push(now, "turn", learner)
         counted = now >= self.tally.since
         self.tally.admitted += counted and not throttled
         self.tally.throttled += counted and throttled

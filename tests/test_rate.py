@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 
 import pytest
@@ -158,22 +159,85 @@ def limited(clock: FakeClock) -> Rate:
     return rate
 
 
-def test_a_first_burst_counts_the_quotas_burst_in_what_it_let_through() -> None:
-    # 11 requests in 50 ms: the quota's burst let 3 through (still in flight), and 8 came back throttled at once.
-    # Counted over the time since, what was let through would say 60 a second; over that time and the second the
-    # burst held, about 3.
-    clock = FakeClock()
-    rate = Rate("kms", clock=clock)
+def first_burst(clock: FakeClock, rate: Rate, in_flight: int) -> tuple[list[float], float]:
+    """11 requests sent over 50 ms, 8 of them answered throttled at once, ``in_flight`` still unanswered: when each
+    was sent, and the limit the alarm set."""
     sent = sent_over(rate, clock, 11, 0.05)
-
-    lowered, at = None, math.inf
+    lowered = None
     for when in sent[:8]:
         clock.now += 0.001
-        if lowered is None and (lowered := rate.answered(when, throttled=True, outstanding=3)) is not None:
-            at = clock.now
-
+        lowered = lowered or rate.answered(when, throttled=True, outstanding=in_flight)
     assert lowered is not None and rate.limit == lowered
-    assert lowered == pytest.approx(3 / (at - 100.0 + 1.0) / (1.0 - Rate.PRIOR - Rate.TARGET))
+    return sent, lowered
+
+
+def test_a_first_burst_counts_the_quotas_burst_in_what_it_let_through() -> None:
+    # 11 requests over 50 ms: the quota's burst let 3 through (still in flight), and 8 came back throttled at once.
+    # Counted over the time since, what was let through would say 60 a second; over the time the burst was sent in
+    # and the second the quota's burst held, about 3.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+
+    sent, lowered = first_burst(clock, rate, in_flight=3)
+
+    assert lowered == pytest.approx(3 / (sent[-1] - sent[0] + 1.0) / (1.0 - Rate.PRIOR - Rate.TARGET))
+
+
+def test_a_first_burst_counted_as_let_through_is_lowered_by_each_of_it_answered_throttled_after() -> None:
+    # The 3 in flight were counted as let through; 2 of them come back throttled after the alarm, the last admitted.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    sent, lowered = first_burst(clock, rate, in_flight=3)
+    one = lowered / 3
+    before = clock.now
+    clock.now += 0.01
+
+    late = [rate.answered(when, throttled=refused) for when, refused in zip(sent[8:], [True, True, False], strict=True)]
+
+    assert late[0] == pytest.approx(lowered - one) and late[1] == pytest.approx(lowered - 2 * one)
+    assert late[2] is None and rate.limit == pytest.approx(one)  # what the burst let through: 1 in 1.05 s
+    assert not rate.current(before)  # turns given at the rate before are given again
+
+
+def test_a_growth_gives_again_the_turns_given_for_later_at_the_limit_before() -> None:
+    # Requests asked four times as fast as the limit: their turns are given for later, spaced for it. When the limit
+    # grows, the requests still waiting would go on at the old pace, and the next round would judge the growth on it.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    assert rate.seed(4.0)
+    reserved, turn = clock.now, None
+    while rate.limit == 4.0:  # a round of answers, none throttled
+        reserved, turn = clock.now, rate.reserve(clock.now + 60.0)
+        clock.now += 1.0 / 16
+        rate.answered(clock.now, throttled=False)
+
+    assert rate.limit is not None and rate.limit > 4.0
+    assert turn is not None and turn > clock.now + 1.0  # the last turn was given for later, spaced for 4 a second
+    assert not rate.current(reserved)  # and is given again
+    assert rate.current(clock.now)
+
+
+def test_a_caller_waiting_for_its_turn_is_woken_when_the_limit_changes() -> None:
+    # A turn far ahead, on the real clock: the caller waits for it until the limit changes, then is told to take
+    # another (pacing's ``_wait_turn``). Judged by what ``wait`` answered, not by how long it took.
+    rate = Rate("kms")
+    assert rate.seed(5.0)
+    reserved = time.monotonic()
+    turns = [rate.reserve(reserved + 60.0) for _ in range(20)]
+    turn = turns[-1]
+    assert turn is not None and turn > reserved + 3.0  # five a second: the twentieth four seconds on
+    woken: list[bool] = []
+    waiter = threading.Thread(target=lambda: woken.append(rate.wait(reserved, turn)))
+    waiter.start()
+
+    while waiter.is_alive() and not rate._respaced._waiters:  # type: ignore[attr-defined]
+        time.sleep(0.001)  # until it waits
+    for _ in range(30):  # a round throttled far over the target: the limit is lowered
+        rate.answered(time.monotonic(), throttled=True)
+    waiter.join(timeout=60.0)
+
+    assert woken == [False]
+    assert rate.wait(time.monotonic(), time.monotonic()) is True  # a turn given since, come: it holds
 
 
 def test_a_burst_answered_throttled_first_is_not_lowered_while_most_of_it_is_in_flight() -> None:

@@ -35,10 +35,11 @@ passes through it, botocore's own retries included:
 * **A rate learnt from throttling.** Each lane also has a ``Rate`` (``cleanup.aws.rate``, whose docstring states the
   law): unlimited until the service throttles more than a background share, then aimed where a quota would throttle a
   small share over it, and requests are spaced to it, shared by every thread of the process. It grows while requests
-  wait for their turns and fewer are throttled than that, so it finds a raised quota again, and it is dropped once far
-  above anything asked; scattered throttling, which does not come down with the rate, is told from a quota and puts
-  the limit back. A request whose turn was given before a decrease takes a new one (``_wait_turn``), even once it has
-  a slot: the queue, for turns or for slots, does not go on at the refused rate. A throttling dependency thus gets
+  wait for their turns and fewer are throttled than that, so it finds a raised quota again; scattered throttling,
+  which does not come down with the rate, is told from a quota and puts the limit back. A request waiting for a turn
+  given before the limit changed takes a new one at once (``_wait_turn``), and so does one given its turn before a
+  decrease that waits for a slot: the queue, for turns or for slots, goes on neither at a refused rate nor at one since
+  grown past (the growth would be judged on rounds still sent at the old pace). A throttling dependency thus gets
   requests at about the rate it allows, not retries. A request whose turn would come after the caller's deadline is
   not started (``OutOfTimeError``): nothing waits past the deadline for a turn. Throttling is not also taken out on
   concurrency: a quota is on requests a second, and fewer in flight would only lower the rate below it.
@@ -300,17 +301,15 @@ class Pacer:
 
 def _wait_turn(rate: Rate, latest: float) -> float | None:
     """Wait for a turn of ``rate`` starting by ``latest`` (monotonic): when it was reserved, or None, at once, when
-    there is none. A turn given before the rate was cut again is reserved again when it comes: it was spaced for a
-    rate the service has since refused, and the requests queued behind it would go on at that rate (so is one still
-    waiting for a slot when the rate is cut: ``Pacer._before_send``)."""
+    there is none. A turn given before the limit changed is reserved again as soon as it changes (``Rate.wait``): it
+    was spaced for a rate the service has since refused, or one since grown past, and the requests queued behind it
+    would go on at that rate (so is one still waiting for a slot when the rate is cut: ``Pacer._before_send``)."""
     while True:
         reserved = time.monotonic()
         turn = rate.reserve(latest)
         if turn is None:
             return None
-        if turn > reserved:
-            time.sleep(turn - reserved)
-        if rate.current(reserved):
+        if rate.wait(reserved, turn):
             return reserved
 
 

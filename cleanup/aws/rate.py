@@ -8,14 +8,16 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
 * **Rounds.** Answers are judged in rounds of at least ROUND_ANSWERS answers and ROUND_SECONDS, at most LONGEST_ROUND;
   answers to requests sent before the limit was last lowered are not counted. Requests still in flight count as not
   throttled: throttling answers come back first, and right after a burst most of what the quota let through has not
-  answered yet.
+  answered yet. A round's rate is that of the turns that came in it, not of those given in it for later.
 * **A target.** The limit is aimed where a quota would throttle the background share plus TARGET: a round paced at
   ``r`` (the limit, when it held requests back; else what was sent) with a throttled share ``s`` says a quota lets
   ``r (1 - s)`` through, so the limit aimed at is ``r (1 - s) / (1 - background - TARGET)``. Over that share, the
   limit is lowered ``n / (n + DAMPING)`` of the way there (in logarithms) after a round of ``n`` answers, and all the
   way when the share is over the target, and over the fitted rounds' share (a run of scattered throttling is no
   alarm), by ALARM nats of evidence, which also ends the round at once (a first burst, a quota lowered). The first
-  round's alarm counts the quota's burst in what it let through. A limit aimed at a quota's share rather than just
+  round's alarm counts the quota's burst in what it let through, over the time the burst was sent in and a second;
+  each of its requests counted as let through while in flight that then answers throttled takes its share off the
+  limit, until the next round ends. A limit aimed at a quota's share rather than just
   under the quota keeps it full: several senders on one quota, each seeing the share of all, aim together at the same
   point.
 * **A surge.** While a limit is set, Page's CUSUM of the round's answers watches for the share a rate SURGE times
@@ -39,15 +41,17 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   there are FIT_ROUNDS of them (one round is no measure of what is usual: after a quota changed, its first round).
 
 The limit is never below FLOOR. Requests are spaced to the limit (``reserve``), shared by every thread of the
-process; a request whose turn would come after its caller's deadline is not given one. A decrease takes effect at once:
-a request whose turn was given before it reserves another when it comes (``current``), so the requests queued at the
-refused spacing do not go on throttling for as long as the queue. botocore's own adaptive retry mode (CUBIC too) cuts
+process; a request whose turn would come after its caller's deadline is not given one. A change takes effect at once,
+either way: a request waiting for a turn given before a decrease, or before a growth, is woken and reserves another
+(``wait``), so that the requests queued at the old spacing neither go on throttling for as long as the queue nor
+hold a grown limit to the old pace while the next rounds judge it. botocore's own adaptive retry mode (CUBIC too) cuts
 the rate at every throttling answer, so that scattered throttling drives it towards nothing; its token bucket waits
 for a token with no deadline, and it belongs to one client (the Management API has one per endpoint).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import time
@@ -143,13 +147,18 @@ class Rate:
         self.background = self.PRIOR  # the throttled share that lowering the rate does not lower
         self._clock = clock
         self._next = 0.0  # when the next request may start (monotonic)
-        self._spaced = -math.inf  # when the limit was last lowered: turns given before are reserved again
+        self._spaced = -math.inf  # when the limit last changed but by growing in place: turns given before are given
+        # again (``current``), and callers waiting for them woken (``wait``)
         self._start = clock()  # when the round started: answers to requests sent before are not counted
         self._answers = 0
         self._throttled = 0
-        self._given = 0  # turns given in the round
+        self._given = 0  # turns of the round that have come (their requests sent, or about to be)
+        self._later: list[float] = []  # turns given for later, not yet come (a heap of their times)
         self._waited = False  # whether a request of the round waited for its turn
         self._first = True  # the first round: the quota's burst is whole
+        self._span = (math.inf, -math.inf)  # the first round's first and last turn: the time its burst was sent over
+        self._burst = (0, 0.0)  # the first burst's calls in flight, counted as let through, and what each added to the
+        # limit: one that answers throttled takes it off, until the next round ends
         self._usual = 0.0  # the share the fitted rounds throttled, pooled, once FIT_ROUNDS are held (at most
         # MAX_BACKGROUND + TARGET): an alarm or a surge is over it
         self._surge = 0.0  # nats: the round's CUSUM for a surge (``_watch``)
@@ -161,25 +170,35 @@ class Rate:
         self._climb = 0.0  # seconds from the lowered limit to the plateau (CUBIC's K)
         self._rounds: deque[Round] = deque(maxlen=self.ROUNDS)
         self._lock = threading.Lock()
+        self._respaced = threading.Condition(self._lock)  # notified when turns given before are given again
 
     def reserve(self, latest: float) -> float | None:
         """A start time for one request, at most ``latest`` (monotonic); None, reserving nothing, when the limit
         leaves no turn before then."""
         now = self._clock()
         if self.limit is None:  # the common case, read without the lock: a stale None only lets one request through
-            self._given += 1
+            self._unlimited(now)
             return now
         with self._lock:
             if self.limit is None:
-                self._given += 1
+                self._unlimited(now)
                 return now
             start = max(now, self._next)
             if start > latest:
                 return None
-            self._waited |= start > now
             self._next = start + 1.0 / self.limit
-            self._given += 1
+            if start > now:
+                self._waited = True
+                heapq.heappush(self._later, start)
+            else:
+                self._given += 1
             return start
+
+    def _unlimited(self, now: float) -> None:
+        """A turn given at ``now``, with no limit."""
+        self._given += 1
+        if self._first:
+            self._span = (min(self._span[0], now), now)
 
     def seed(self, limit: float) -> bool:
         """Start at ``limit`` requests a second, learnt by another process on the same quota (the stream's worker, for
@@ -196,20 +215,41 @@ class Rate:
             return taken
 
     def current(self, reserved: float) -> bool:
-        """Whether a turn reserved at ``reserved`` (monotonic) still holds: one given before the limit was last
-        lowered was spaced for a rate the service refused, and is reserved again."""
+        """Whether a turn reserved at ``reserved`` (monotonic) still holds: one given before the limit was last lowered
+        was spaced for a rate the service refused, and one given for later before it grew for the rate before; either
+        is reserved again."""
         return reserved >= self._spaced
+
+    def wait(self, reserved: float, turn: float) -> bool:
+        """Wait for a ``turn`` (monotonic) reserved at ``reserved``: whether it still holds when it comes, or False as
+        soon as the limit changes first (the turn was spaced for a rate since refused, or since grown past)."""
+        with self._respaced:
+            while self.current(reserved):
+                left = turn - self._clock()
+                if left <= 0.0:
+                    return True
+                self._respaced.wait(left)
+            return False
 
     def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None:
         """An answer to a request sent at ``sent`` (monotonic), ``outstanding`` others still unanswered; the new
         limit when this answer lowered it, else None."""
         with self._lock:
             if sent < self._start:  # sent before the round: at a limit since lowered
-                return None
+                calls, each = self._burst
+                if not (throttled and calls and self.limit is not None):
+                    return None
+                self._burst = (calls - 1, each)
+                lowered = max(self.FLOOR, self.limit - each)  # the first burst counted it as let through
+                self._set(lowered, plateau=lowered)
+                now = self._clock()
+                self._respace(now, min(self._next, now + 1.0 / lowered))
+                return lowered
             now = self._clock()
             self._answers += 1
             self._throttled += throttled
             elapsed = now - self._start
+            self._come(now)
             counted = max(self._answers, min(self._answers + outstanding, self._given))  # in flight: not throttled
             expected = self.background + self.TARGET
             surge = self._watch(throttled=throttled, expected=expected, in_flight=counted - self._answers)
@@ -248,7 +288,9 @@ class Rate:
         answers and throttled ones) or in time: the new limit if lowered (the caller holds the lock)."""
         before, waited = self.limit, self._waited
         first, self._first = self._first, False
-        sent = max(self._given - self._ahead(now), self._answers)
+        self._burst = (0, 0.0)
+        self._come(now)
+        sent = max(self._given, self._answers)
         answers = Round(self._throttled, counted, max(sent / max(elapsed, 1e-3), 1e-3))
         self._highest = max(self._highest, math.inf if before is None else before)
         if answers.answers >= self.MIN_ANSWERS and (before is not None or not alarm):
@@ -278,7 +320,9 @@ class Rate:
         let_through = 1.0 - (throttled + 0.5) / (seen + 1.0)  # all throttled: not none let through
         aimed = paced * let_through / (1.0 - expected)
         if first:  # what the first burst let through includes the quota's burst, a second's worth
-            aimed = min(aimed, (answers.answers - answers.throttled) / (elapsed + 1.0) / (1.0 - expected))
+            burst = 1.0 / (max(self._span[1] - self._span[0], 0.0) + 1.0) / (1.0 - expected)
+            if (answers.answers - answers.throttled) * burst < aimed:
+                aimed, self._burst = (answers.answers - answers.throttled) * burst, (counted - self._answers, burst)
         gain = 1.0 if alarm else answers.answers / (answers.answers + self.DAMPING)
         limit = max(self.FLOOR, paced * math.pow(aimed / paced, gain))
         if before is not None and limit >= before:
@@ -323,6 +367,9 @@ class Rate:
         self._grown += elapsed
         curve = math.log(self._plateau / before) + self.CUBIC * (self._grown - self._climb) ** 3
         self.limit = before * math.exp(min(max(curve, 0.0), self.STEP * answers))
+        if self.limit > before and self._later:  # turns given for later were spaced for the limit before
+            now = self._clock()
+            self._respace(now, now + 1.0 / self.limit)
 
     def _set(self, limit: float | None, *, plateau: float) -> None:
         """Set the limit, and the growth curve from it to ``plateau`` (the caller holds the lock)."""
@@ -330,11 +377,18 @@ class Rate:
         self._plateau, self._grown = plateau, 0.0
         self._climb = 0.0 if limit is None else math.cbrt(math.log(plateau / limit) / self.CUBIC)
 
-    def _ahead(self, now: float) -> int:
-        """Turns given for later than ``now`` (the caller holds the lock)."""
-        if self.limit is None or self._next <= now:
-            return 0
-        return max(0, math.ceil((self._next - now) * self.limit - 1e-9) - 1)  # the last was given 1 / limit before
+    def _come(self, now: float) -> None:
+        """Count the turns given for later that have come by ``now`` as the round's (the caller holds the lock)."""
+        while self._later and self._later[0] <= now:
+            heapq.heappop(self._later)
+            self._given += 1
+
+    def _respace(self, now: float, next_turn: float) -> None:
+        """Give again every turn given before ``now``, the next at ``next_turn``, and wake their callers (the caller
+        holds the lock)."""
+        self._spaced, self._next = now, next_turn
+        self._later.clear()
+        self._respaced.notify_all()
 
     def _new_round(self, now: float, *, lowered: bool) -> None:
         """A round starts (the caller holds the lock); ``lowered``: the limit was lowered, or set anew, and turns given
@@ -345,8 +399,7 @@ class Rate:
         self._usual = 0.0
         if len(self._rounds) >= self.FIT_ROUNDS:
             self._usual = min(pooled(self._rounds), self.MAX_BACKGROUND + self.TARGET)
-        self._given = 0 if lowered else self._ahead(now)  # turns given for later are the new round's, and waited
-        self._waited = self._given > 0
+        self._given = 0
         if lowered:
-            self._spaced = now
-            self._next = now + (0.0 if self.limit is None else 1.0 / self.limit)
+            self._respace(now, now + (0.0 if self.limit is None else 1.0 / self.limit))
+        self._waited = bool(self._later)  # turns given for later are the new round's, and waited
