@@ -223,6 +223,8 @@ class Rate:
     def wait(self, reserved: float, turn: float) -> bool:
         """Wait for a ``turn`` (monotonic) reserved at ``reserved``: whether it still holds when it comes, or False as
         soon as the limit changes first (the turn was spaced for a rate since refused, or since grown past)."""
+        if turn <= self._clock():  # the common case, a turn at once: no need for the lock
+            return self.current(reserved)
         with self._respaced:
             while self.current(reserved):
                 left = turn - self._clock()
