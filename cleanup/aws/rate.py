@@ -147,8 +147,8 @@ class Rate:
         self.background = self.PRIOR  # the throttled share that lowering the rate does not lower
         self._clock = clock
         self._next = 0.0  # when the next request may start (monotonic)
-        self._spaced = -math.inf  # when the limit last changed but by growing in place: turns given before are given
-        # again (``current``), and callers waiting for them woken (``wait``)
+        self._spaced = -math.inf  # when the turns given were last given again (a decrease; a growth past turns given
+        # for later): those given before are reserved again (``current``), their callers woken (``wait``)
         self._start = clock()  # when the round started: answers to requests sent before are not counted
         self._answers = 0
         self._throttled = 0
