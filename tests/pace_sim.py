@@ -12,10 +12,10 @@ turn), so that the pacing benchmark (``benchmarks.pacing``) runs laws side by si
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Protocol
 
 from cleanup.aws.rate import Rate
@@ -138,12 +138,12 @@ def drive(
     events: list[tuple[float, int, int, str, float]] = [(0.0, n, n, "turn", 0.0) for n in range(workers)]
     order = workers
     in_flight = 0
-    waiting: dict[int, tuple[int, float]] = {}  # worker -> its send event still to come, and when its turn was given
+    waiting = [_Waiting() for _ in range(learners)]
     while events:
         clock.now, seq, worker, kind, stamp = heapq.heappop(events)
         if clock.now > seconds:
             break
-        if kind == "send" and not _come(waiting, worker, seq):
+        if kind == "send" and not waiting[worker % learners].come(seq):
             continue  # woken before: its turn was given again
         order += 1
         rate = rates[worker % learners]
@@ -154,9 +154,7 @@ def drive(
                 heapq.heappush(events, (clock.now + NO_TURN_RETRY, order, worker, "turn", 0.0))
             else:
                 heapq.heappush(events, (turn, order, worker, "send", clock.now))
-                waiting[worker] = (order, clock.now)
-        elif kind == "send" and not rate.current(stamp):  # the turn was given before a cut
-            heapq.heappush(events, (clock.now, order, worker, "turn", 0.0))
+                waiting[worker % learners].add(order, worker, clock.now)
         elif kind == "send":
             throttled = service.throttles(clock.now)
             in_flight += 1
@@ -167,7 +165,7 @@ def drive(
         else:
             in_flight -= 1
             rate.answered(stamp, throttled=kind == "throttled", outstanding=in_flight)
-            for other in _woken(waiting, rate, partial(_same, learners, worker)):
+            for other in waiting[worker % learners].woken(rate):
                 order += 1
                 heapq.heappush(events, (clock.now, order, other, "turn", 0.0))
             tally.admitted += counted and kind == "admitted"
@@ -179,27 +177,25 @@ def drive(
     return tally
 
 
-def _come(waiting: dict[int, tuple[int, float]], key: int, event: int) -> bool:
-    """Whether the send ``event`` is the one ``waiting`` holds (its order first) for caller ``key``, taken out if so:
-    else its caller was woken before it came, and has reserved again."""
-    if waiting.get(key, (None, 0.0))[0] != event:
-        return False
-    del waiting[key]
-    return True
+class _Waiting:
+    """The send events still to come of one law's callers, by order: whose each is, and when its turn was given (in
+    the order given). A caller whose turn the law no longer holds is woken and reserves again, as ``Rate.wait`` does."""
 
+    def __init__(self) -> None:
+        self._sends: dict[int, tuple[int, float]] = {}
 
-def _same(learners: int, worker: int, other: int) -> bool:
-    """Whether ``other`` shares ``worker``'s law, of ``learners``."""
-    return other % learners == worker % learners
+    def add(self, event: int, caller: int, given: float) -> None:
+        self._sends[event] = (caller, given)
 
+    def come(self, event: int) -> bool:
+        """Whether the send ``event`` still stands (taken out): else its caller was woken before it came."""
+        return self._sends.pop(event, None) is not None
 
-def _woken(waiting: dict[int, tuple[int, float]], rate: Law, mine: Callable[[int], bool]) -> list[int]:
-    """The keys of ``waiting`` (``mine``: the callers of ``rate``) whose turn ``rate`` no longer holds, taken out:
-    callers woken to reserve again (``Rate.wait``)."""
-    woken = [key for key, (_, given) in waiting.items() if mine(key) and not rate.current(given)]
-    for key in woken:
-        del waiting[key]
-    return woken
+    def woken(self, law: Law) -> list[int]:
+        """The callers whose turn ``law`` no longer holds, taken out. A turn holds if given since the law last gave
+        turns again, so the oldest ones are the ones to wake."""
+        stale = list(itertools.takewhile(lambda event: not law.current(self._sends[event][1]), self._sends))
+        return [self._sends.pop(event)[0] for event in stale]
 
 
 def drain(
@@ -227,7 +223,7 @@ def drain(
         run.clock.now, seq, kind, learner, stamp = heapq.heappop(run.events)
         if run.clock.now > seconds:
             break
-        if kind == "send" and run.waiting.pop(seq, None) is None:
+        if kind == "send" and not run.waiting[learner].come(seq):
             continue  # woken before: its turn was given again
         run.step(kind, learner, stamp)
     run.tally.limits = [rate.limit for rate in run.rates]
@@ -262,7 +258,7 @@ class _Drain:
         self.order = 0
         self.pending = [0] * learners  # calls of the batch not yet admitted
         self.in_flight = [0] * learners
-        self.waiting: dict[int, tuple[int, float]] = {}  # send events still to come: their learner, when given
+        self.waiting = [_Waiting() for _ in range(learners)]
         for learner in range(learners):
             self.push(self.random.uniform(0.0, 0.5), "batch", learner)
 
@@ -283,9 +279,7 @@ class _Drain:
                 self.push(now + self.backoff * self.random.uniform(0.5, 1.5), "turn", learner)
             else:
                 self.push(turn, "send", learner, now)
-                self.waiting[self.order] = (learner, now)
-        elif kind == "send" and not rate.current(stamp):  # the turn was given before a cut
-            self.push(now, "turn", learner)
+                self.waiting[learner].add(self.order, learner, now)
         elif kind == "send":
             throttled = self.service.throttles(now)
             self.in_flight[learner] += 1
@@ -299,7 +293,7 @@ class _Drain:
         now = self.clock.now
         self.in_flight[learner] -= 1
         self.rates[learner].answered(stamp, throttled=throttled, outstanding=self.in_flight[learner])
-        for _ in _woken(self.waiting, self.rates[learner], lambda seq: self.waiting[seq][0] == learner):
+        for _ in self.waiting[learner].woken(self.rates[learner]):
             self.push(now, "turn", learner)
         counted = now >= self.tally.since
         self.tally.admitted += counted and not throttled

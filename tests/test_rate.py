@@ -221,11 +221,11 @@ def test_a_caller_waiting_for_its_turn_is_woken_when_the_limit_changes() -> None
     # A turn far ahead, on the real clock: the caller waits for it until the limit changes, then is told to take
     # another (pacing's ``_wait_turn``). Judged by what ``wait`` answered, not by how long it took.
     rate = Rate("kms")
-    assert rate.seed(5.0)
+    assert rate.seed(1.0)
     reserved = time.monotonic()
-    turns = [rate.reserve(reserved + 60.0) for _ in range(20)]
+    turns = [rate.reserve(reserved + 60.0) for _ in range(30)]
     turn = turns[-1]
-    assert turn is not None and turn > reserved + 3.0  # five a second: the twentieth four seconds on
+    assert turn is not None and turn > reserved + 20.0  # one a second: the thirtieth half a minute on
     woken: list[bool] = []
     waiter = threading.Thread(target=lambda: woken.append(rate.wait(reserved, turn)))
     waiter.start()
