@@ -92,7 +92,8 @@ class Tally:
 
 @dataclass
 class Service:
-    """Throttles beyond ``quota`` requests a second (a bucket holding a second's worth), or ``random_share`` of all
+    """Throttles beyond ``quota`` requests a second (a bucket holding a second's worth, and one request at least:
+    else a quota under one a second would let none through), or ``random_share`` of all
     from ``noise_since`` on; ``changes``: (when, quota) the quota is set to from then on, in order of time."""
 
     quota: float | None = None
@@ -112,7 +113,7 @@ class Service:
             _, self.quota = self._changes.pop(0)
             self._tokens = min(self._tokens, self.quota)
         if self.quota is not None:
-            self._tokens = min(self.quota, self._tokens + (now - self._counted) * self.quota)
+            self._tokens = min(max(self.quota, 1.0), self._tokens + (now - self._counted) * self.quota)
             self._counted = now
             if self._tokens < 1.0:
                 return True

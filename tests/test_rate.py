@@ -391,6 +391,48 @@ def test_a_lowered_quota_is_not_taken_for_background() -> None:
     assert tally.throttled <= 0.25 * tally.admitted
 
 
+@pytest.mark.parametrize(("workers", "latency"), [(14, 0.1), (14, 0.15), (20, 0.1), (20, 0.15)])
+def test_a_quota_lowered_in_the_middle_of_a_round_starts_the_fit_anew(workers: int, latency: float) -> None:
+    # A quota of 30 a second lowered to 3 at 20 s, in the middle of a round. Its answers before the change were
+    # admitted at the old rate, and the rounds after at the new one throttle a share no higher: fitted together, they
+    # read as background, and the limit went back to none with throttled bursts after. A surge ends the fit instead.
+    rates: list[Rate] = []
+
+    def law(clock: object) -> Rate:
+        rates.append(Rate("kms", clock=clock))  # type: ignore[arg-type]
+        return rates[-1]
+
+    service = Service(quota=30.0, changes=((20.0, 3.0),))
+    tally = drive(service, 40.0, workers=workers, latency=latency, since=22.0, law=law)
+
+    assert rates[0].limit is not None and rates[0].limit <= 1.5 * 3.0
+    assert tally.admitted >= 0.8 * 3.0 * 18.0
+    assert tally.throttled <= 0.25 * tally.admitted
+
+
+def test_a_round_surely_over_the_target_with_few_answers_is_lowered_as_far_as_it_is_sure() -> None:
+    # A round of a few requests a second ends in time with six answers, four throttled: short of an alarm (too few
+    # answers), but nearly as sure. Lowered by a round's damping alone, a limit over a quota at a request a second
+    # would take round after round of 3 s, each throttling half, to come down to it.
+    clock = FakeClock()
+    rate = Rate("kms", clock=clock)
+    assert rate.seed(10.0)
+    lowered = None
+    for refused in (True, False, True, False, True, True):  # a request every half second, answered at once
+        clock.now += 0.5
+        turn = rate.reserve(clock.now + 60.0)
+        assert turn == clock.now
+        lowered = rate.answered(turn, throttled=refused) or lowered
+
+    expected = Rate.PRIOR + Rate.TARGET
+    sure = evidence(4 / 6, expected, 6) / Rate.ALARM
+    assert 0.5 < sure < 1.0  # no alarm, but most of one
+    sent = 6 / 3.0  # a round of 3 s, not paced by the limit: the rate it was sent at
+    aimed = sent * (1.0 - 4.5 / 7.0) / (1.0 - expected)
+    assert lowered == pytest.approx(sent * (aimed / sent) ** sure)
+    assert lowered < sent * (aimed / sent) ** (6 / (6 + Rate.DAMPING))  # lower than damping alone would take it
+
+
 def test_a_rate_learnt_elsewhere_is_started_at_and_lowered_from() -> None:
     clock = FakeClock()
     rate = Rate("kms", clock=clock)

@@ -12,9 +12,11 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
 * **A target.** The limit is aimed where a quota would throttle the background share plus TARGET: a round paced at
   ``r`` (the limit, when it held requests back; else what was sent) with a throttled share ``s`` says a quota lets
   ``r (1 - s)`` through, so the limit aimed at is ``r (1 - s) / (1 - background - TARGET)``. Over that share, the
-  limit is lowered ``n / (n + DAMPING)`` of the way there (in logarithms) after a round of ``n`` answers, and all the
-  way when the share is over the target, and over the fitted rounds' share (a run of scattered throttling is no
-  alarm), by ALARM nats of evidence, which also ends the round at once (a first burst, a quota lowered). The first
+  limit is lowered ``n / (n + DAMPING)`` of the way there (in logarithms) after a round of ``n`` answers, or the share
+  of the way that its nats of evidence over the target, and over the fitted rounds' share, are of ALARM, where that is
+  further (a round of a few requests a second holds few answers, however sure they are); and all the way when the
+  share is over them (a run of scattered throttling is no alarm) by ALARM nats, which also ends the round at once (a
+  first burst, a quota lowered). The first
   round's alarm counts the quota's burst in what it let through, over the time the burst was sent in and a second;
   each of its requests counted as let through while in flight that then answers throttled takes its share off the
   limit, until the next round ends. A limit aimed at a quota's share rather than just
@@ -23,7 +25,8 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
 * **A surge.** While a limit is set, Page's CUSUM of the round's answers watches for the share a rate SURGE times
   over such a quota would throttle (over the fitted rounds' share, where that is higher); sure by ALARM nats and the
   logarithm of the answers it could have begun at, it ends the round as an alarm does, the limit aimed from the
-  surge's own answers (a quota lowered in the middle of a round: the answers before it say nothing of it).
+  surge's own answers (a quota lowered in the middle of a round: the answers before it say nothing of it), and the
+  fit starts anew (fitted with the rounds after it, the round's admitted answers read as background).
 * **Growth.** Under the target, and only while the limit holds requests back (a limit that holds nothing back says
   nothing of the quota), the limit grows on CUBIC's curve in logarithms: back towards the limit it was lowered from
   (the plateau), slower as it nears it, then past it, faster the longer it grows, never by more than STEP an answer
@@ -131,7 +134,7 @@ class Rate:
     LONGEST_ROUND = 3.0  # seconds: a round ends then, however few its answers (a few requests a second)
     MIN_ANSWERS = 8  # an alarm needs this many answers, and a round this many to be fitted
     SURGE = 4.0  # a surge: a rate this many times what a quota at the target lets through
-    DAMPING = 10.0  # answers: a round of n answers lowers the limit n / (n + DAMPING) of the way its share says
+    DAMPING = 10.0  # answers: a round of n answers lowers the limit at least n / (n + DAMPING) of the way it says
     CUBIC = 4e-4  # per second cubed: the growth curve, in logarithms (a 10% decrease regrown in 6.4 s)
     STEP = 0.07  # per answer of the round that grows it, at most (between two looks at the quota, as much at any rate)
     ROUNDS = 12  # the rounds fitted
@@ -295,8 +298,7 @@ class Rate:
         sent = max(self._given, self._answers)
         answers = Round(self._throttled, counted, max(sent / max(elapsed, 1e-3), 1e-3))
         self._highest = max(self._highest, math.inf if before is None else before)
-        if answers.answers >= self.MIN_ANSWERS and (before is not None or not alarm):
-            self._rounds.append(answers)  # not a first burst's: its admitted calls are still in flight
+        self._keep(answers, burst=before is None and alarm, changed=surge is not None)
         probe, self._probe = self._probe, None
         if self._background():
             self._new_round(now, lowered=True)
@@ -325,7 +327,7 @@ class Rate:
             burst = 1.0 / (max(self._span[1] - self._span[0], 0.0) + 1.0) / (1.0 - expected)
             if (answers.answers - answers.throttled) * burst < aimed:
                 aimed, self._burst = (answers.answers - answers.throttled) * burst, (counted - self._answers, burst)
-        gain = 1.0 if alarm else answers.answers / (answers.answers + self.DAMPING)
+        gain = self._gain(share, expected, answers.answers, alarm=alarm)
         limit = max(self.FLOOR, paced * math.pow(aimed / paced, gain))
         if before is not None and limit >= before:
             self._new_round(now, lowered=False)
@@ -336,6 +338,24 @@ class Rate:
         self._set(limit, plateau=max(limit, aimed if before is None or far else before))
         self._new_round(now, lowered=True)
         return limit
+
+    def _keep(self, answers: Round, *, burst: bool, changed: bool) -> None:
+        """Keep a round's ``answers`` for the fit: not a ``burst``'s sent with no limit, ended by an alarm (its admitted
+        calls are still in flight), nor too few; a round the quota ``changed`` in (a surge) starts the fit anew (the
+        caller holds the lock)."""
+        if changed:
+            self._rounds.clear()
+        elif answers.answers >= self.MIN_ANSWERS and not burst:
+            self._rounds.append(answers)
+
+    def _gain(self, share: float, expected: float, answers: int, *, alarm: bool) -> float:
+        """How far, in logarithms, a round of ``answers`` throttled over the ``expected`` share lowers the limit towards
+        where its ``share`` aims it: all the way on an alarm; else ``n / (n + DAMPING)`` of the way, or the share of
+        ALARM that its nats of evidence over the expected share (and the fitted rounds') are, where that is further."""
+        if alarm:
+            return 1.0
+        sure = evidence(share, max(expected, self._usual), answers) / self.ALARM
+        return min(1.0, max(sure, answers / (answers + self.DAMPING)))
 
     def _background(self) -> bool:
         """Fit the rounds: when the throttling is background, take its share and put the limit back where it was (the
