@@ -240,6 +240,7 @@ class Rate:
         """An answer to a request sent at ``sent`` (monotonic), ``outstanding`` others still unanswered; the new
         limit when this answer lowered it, else None."""
         with self._lock:
+            now = self._clock()
             if sent < self._start:  # sent before the round: at a limit since lowered
                 calls, each = self._burst
                 if not (throttled and calls and self.limit is not None):
@@ -247,10 +248,8 @@ class Rate:
                 self._burst = (calls - 1, each)
                 lowered = max(self.FLOOR, self.limit - each)  # the first burst counted it as let through
                 self._set(lowered, plateau=lowered)
-                now = self._clock()
                 self._respace(now, min(self._next, now + 1.0 / lowered))
                 return lowered
-            now = self._clock()
             self._answers += 1
             self._throttled += throttled
             elapsed = now - self._start
@@ -294,8 +293,7 @@ class Rate:
         before, waited = self.limit, self._waited
         first, self._first = self._first, False
         self._burst = (0, 0.0)
-        self._come(now)
-        sent = max(self._given, self._answers)
+        sent = max(self._given, self._answers)  # the turns come by now: ``answered`` counted them
         answers = Round(self._throttled, counted, max(sent / max(elapsed, 1e-3), 1e-3))
         self._highest = max(self._highest, math.inf if before is None else before)
         self._keep(answers, burst=before is None and alarm, changed=surge is not None)
@@ -310,7 +308,7 @@ class Rate:
         expected = self.background + self.TARGET
         if share <= expected and not alarm:
             if before is not None and waited:
-                self._grow(before, elapsed, answers.answers)
+                self._grow(now, before, elapsed, answers.answers)
             self._new_round(now, lowered=False)
             return None
         if before is None and not alarm:
@@ -383,14 +381,13 @@ class Rate:
             self.background = min(self.background, slowest.throttled / slowest.answers)
         return False
 
-    def _grow(self, before: float, elapsed: float, answers: int) -> None:
-        """Grow the limit along the curve for ``elapsed`` seconds more, judged on ``answers`` (the caller holds the
-        lock)."""
+    def _grow(self, now: float, before: float, elapsed: float, answers: int) -> None:
+        """Grow the limit along the curve for ``elapsed`` seconds more to ``now``, judged on ``answers`` (the caller
+        holds the lock)."""
         self._grown += elapsed
         curve = math.log(self._plateau / before) + self.CUBIC * (self._grown - self._climb) ** 3
         self.limit = before * math.exp(min(max(curve, 0.0), self.STEP * answers))
         if self.limit > before and self._later:  # turns given for later were spaced for the limit before
-            now = self._clock()
             self._respace(now, now + 1.0 / self.limit)
 
     def _set(self, limit: float | None, *, plateau: float) -> None:
