@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.pacing import (
     CASES,
+    CHANGE_AT,
     LAWS,
     Target,
     found_after,
@@ -20,6 +21,7 @@ from benchmarks.pacing import (
     slow_callers,
     throttled_bursts,
 )
+from cleanup.aws.rate import Rate
 from tests.pace_sim import Service, Tally, Unpaced, drive, learnt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,24 @@ def test_random_throttling_begins_when_told() -> None:
 
     assert not any(before)
     assert 200 <= sum(after) <= 300  # half, drawn
+
+
+def test_the_slow_noise_from_20_s_throttles_nothing_before_then() -> None:
+    # The rows "from 20 s at 1-10/s" start clean, as the noise benchmark's noisy batch follows a clean one: the rounds
+    # fitted before the noise threw nothing.
+    answers: list[tuple[float, bool]] = []
+
+    class Recorded(Rate):
+        def answered(self, sent: float, *, throttled: bool, outstanding: int = 0) -> float | None:
+            answers.append((self._clock(), throttled))
+            return super().answered(sent, throttled=throttled, outstanding=outstanding)
+
+    (case,) = [case for case in CASES if case.name == "random throttling 20% from 20 s at 1-10/s"]
+    case.run(lambda clock: Recorded("kms", clock=clock), 0)
+
+    assert any(when < CHANGE_AT for when, _ in answers)
+    assert not any(throttled for when, throttled in answers if when < CHANGE_AT)
+    assert any(throttled for when, throttled in answers if when >= CHANGE_AT)
 
 
 @pytest.mark.parametrize("draw", range(5))
