@@ -8,11 +8,11 @@ at ~500 calls/s.
 
 **Warm**, against the stub AWS (``python benchmarks/invoke.py --warm SPEC OUT``): run as a script, so that the worker
 it imports is whichever tree is first on ``PYTHONPATH`` (this one, or an earlier commit checked out beside it): the
-CPU before and after a change are measured by the same code. Logs and metrics go to stdout, which the caller
-discards. A first, small event warms the process (clients, pools, imports); the report is for the second, written to
-OUT as JSON: wall and CPU seconds of the handler (every thread of the process), the calls made by operation (botocore
-``before-call``), the failures reported, and, when asked, the top of a cProfile of the handler. Its profiling
-modules are imported there, so that a cold start's figures do not carry them.
+CPU before and after a change are measured by the same code. Logs and metrics go to stdout, which the caller keeps
+in a file, to quote when records fail. A first, small event warms the process (clients, pools, imports); the report
+is for the second, written to OUT as JSON: wall and CPU seconds of the handler (every thread of the process), the
+calls made by operation (botocore ``before-call``), the failures reported, and, when asked, the top of a cProfile of
+the handler. Its profiling modules are imported there, so that a cold start's figures do not carry them.
 """
 
 from __future__ import annotations

@@ -140,22 +140,26 @@ def invoke(tree: Path, stub: StubAws, sessions: int, *, objects: int = 3, profil
         with open(spec_path, "w") as spec_file:
             json.dump({"env": environment, "event": event, "warm": warm, "profile": profile, **PROFILE}, spec_file)
         child_env = {**os.environ, "PYTHONPATH": str(tree)}
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "benchmarks" / "invoke.py"), "--warm", spec_path, out_path],
-            cwd=tree,
-            env=child_env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        log_path = os.path.join(scratch, "log.jsonl")
+        with open(log_path, "w") as log:
+            done = subprocess.run(
+                [sys.executable, str(ROOT / "benchmarks" / "invoke.py"), "--warm", spec_path, out_path],
+                cwd=tree,
+                env=child_env,
+                stdout=log,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         if done.returncode != 0:
             raise RuntimeError(f"invocation in {tree} failed: {done.stderr[-3000:]}")
         with open(out_path) as out:
             report = json.load(out)
+        if report["failures"]:
+            raise AssertionError(
+                f"{tree}: {report['failures']} records failed; the handler said:\n{complaints(log_path)}"
+            )
     if Path(report["code"]).resolve() != tree.resolve():
         raise AssertionError(f"the child imported the worker from {report['code']}, not {tree}")
-    if report["failures"]:
-        raise AssertionError(f"{tree}: {report['failures']} records failed")
     left = stub.control("observe", **spec)
     if any(left.values()):
         raise AssertionError(f"{tree} left resources behind: {left}")
@@ -163,6 +167,20 @@ def invoke(tree: Path, stub: StubAws, sessions: int, *, objects: int = 3, profil
     return Run(
         str(tree), sessions, report["seconds"], report["cpu_seconds"], report["calls"], report.get("profile", "")
     )
+
+
+def complaints(log_path: str, most: int = 20) -> str:
+    """The last ``most`` lines the handler logged at WARNING or above (its logs are JSON lines on stdout)."""
+    lines = []
+    with open(log_path) as log:
+        for line in log:
+            try:
+                level = json.loads(line).get("level")
+            except (ValueError, AttributeError):
+                continue
+            if level in ("WARNING", "ERROR", "CRITICAL"):
+                lines.append(line.rstrip()[:1000])
+    return "\n".join(lines[-most:]) or "(nothing at WARNING or above)"
 
 
 @contextlib.contextmanager
