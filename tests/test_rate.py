@@ -433,6 +433,32 @@ def test_a_round_surely_over_the_target_with_few_answers_is_lowered_as_far_as_it
     assert lowered < sent * (aimed / sent) ** (6 / (6 + Rate.DAMPING))  # lower than damping alone would take it
 
 
+def test_an_alarm_is_held_to_its_odds_and_the_logarithm_of_the_answers_it_is_looked_at_after() -> None:
+    # An alarm is looked at after every answer, each look another chance to pass 1,000 to 1: under 20% thrown at random
+    # six throttled of twelve pass it now and then, and would set a limit from none at once.
+    expected = Rate.PRIOR + Rate.TARGET
+    assert Rate.ALARM <= evidence(6 / 12, expected, 12) < Rate.ALARM + math.log(12)
+    clock = FakeClock()
+    rate = Rate("dynamodb", clock=clock)
+    for refused in [False] * 6 + [True] * 6:
+        clock.now += 0.1
+        turn = rate.reserve(clock.now + 60.0)
+        assert turn is not None
+        assert rate.answered(turn, throttled=refused) is None
+    assert rate.limit is None  # the round goes on, to be judged when it ends
+
+    # Far over a quota, the alarm still comes as soon as a round holds the answers an alarm needs.
+    rate = Rate("dynamodb", clock=clock)
+    cuts = []
+    for _ in range(Rate.MIN_ANSWERS):
+        clock.now += 0.01
+        turn = rate.reserve(clock.now + 60.0)
+        assert turn is not None
+        cuts.append(rate.answered(turn, throttled=True))
+    assert cuts[:-1] == [None] * (Rate.MIN_ANSWERS - 1)
+    assert cuts[-1] is not None and rate.limit == cuts[-1]
+
+
 def test_a_rate_learnt_elsewhere_is_started_at_and_lowered_from() -> None:
     clock = FakeClock()
     rate = Rate("kms", clock=clock)

@@ -15,8 +15,9 @@ throttling dependencies, and the Lambda deadline", where each constant's value i
   limit is lowered ``n / (n + DAMPING)`` of the way there (in logarithms) after a round of ``n`` answers, or the share
   of the way that its nats of evidence over the target, and over the fitted rounds' share, are of ALARM, where that is
   further (a round of a few requests a second holds few answers, however sure they are); and all the way when the
-  share is over them (a run of scattered throttling is no alarm) by ALARM nats, which also ends the round at once (a
-  first burst, a quota lowered). The first
+  share is over them (a run of scattered throttling is no alarm) by ALARM nats and the logarithm of the answers
+  counted (it is looked at after every answer, as the surge is), which also ends the round at once (a first burst, a
+  quota lowered). The first
   round's alarm counts the quota's burst in what it let through, over the time the burst was sent in and a second;
   each of its requests counted as let through while in flight that then answers throttled takes its share off the
   limit, until the next round ends. A limit aimed at a quota's share rather than just
@@ -128,7 +129,8 @@ class Rate:
 
     TARGET = 0.05  # the throttled share over the background the limit is aimed at
     PRIOR = 0.03  # the background share until a fit says otherwise
-    ALARM = math.log(1000.0)  # nats: a round this surely over the target ends at once, lowered all the way
+    ALARM = math.log(1000.0)  # nats (and the logarithm of its answers): a round this surely over the target ends at
+    # once, lowered all the way
     ROUND_ANSWERS = 20  # a round holds at least this many answers
     ROUND_SECONDS = 1.0  # and spans at least this long (a quota is counted per second)
     LONGEST_ROUND = 3.0  # seconds: a round ends then, however few its answers (a few requests a second)
@@ -260,7 +262,8 @@ class Rate:
             alarm = (
                 throttled
                 and counted >= self.MIN_ANSWERS
-                and evidence(self._throttled / counted, max(expected, self._usual), counted) >= self.ALARM
+                and evidence(self._throttled / counted, max(expected, self._usual), counted)
+                >= self.ALARM + math.log(counted)
             )
             full = self._answers >= self.ROUND_ANSWERS and elapsed >= self.ROUND_SECONDS
             if not (alarm or surge or full or elapsed >= self.LONGEST_ROUND):
