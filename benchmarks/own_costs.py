@@ -154,12 +154,12 @@ def invoke(tree: Path, stub: StubAws, sessions: int, *, objects: int = 3, profil
             raise RuntimeError(f"invocation in {tree} failed: {done.stderr[-3000:]}")
         with open(out_path) as out:
             report = json.load(out)
-        if report["failures"]:
+        if Path(report["code"]).resolve() != tree.resolve():
+            raise AssertionError(f"the child imported the worker from {report['code']}, not {tree}")
+        if report["failures"]:  # while the scratch folder, and the handler's logs in it, are still there
             raise AssertionError(
                 f"{tree}: {report['failures']} records failed; the handler said:\n{complaints(log_path)}"
             )
-    if Path(report["code"]).resolve() != tree.resolve():
-        raise AssertionError(f"the child imported the worker from {report['code']}, not {tree}")
     left = stub.control("observe", **spec)
     if any(left.values()):
         raise AssertionError(f"{tree} left resources behind: {left}")
