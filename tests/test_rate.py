@@ -37,7 +37,7 @@ def test_scattered_throttling_sets_no_limit() -> None:
 
 def test_no_turn_is_given_past_the_deadline() -> None:
     rate = Rate("kms")
-    answer(rate, accepted=2, throttled=30)  # cut to the floor-ish: a turn every half second or so
+    answer(rate, accepted=2, throttled=30)  # cut to about 2 a second: a turn every half second or so
     now = time.monotonic()
 
     turns = [rate.reserve(now + 1.0) for _ in range(10)]
