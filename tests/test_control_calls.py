@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 LEASE_SECONDS = 1.5
 TERMS = 4
 DATA_THREADS = 8
+CALL_WAIT_SECONDS = 2.0
 STREAM = "arn:aws:dynamodb:us-east-1:123456789012:table/sessions/stream/2024-01-01T00:00:00.000"
 
 
@@ -62,7 +63,11 @@ def test_lease_renewals_keep_their_term_while_the_session_table_throttles_every_
 ) -> None:
     table = f"ckpt-{stack.table}"
     ensure_table(stack.ddb, table)
-    settings = stack.settings(checkpoint_table=table, max_concurrency=4, lease_seconds=LEASE_SECONDS)
+    # A data call waits CALL_WAIT_SECONDS for a turn at most (the session table's rate falls to its floor), and then
+    # fails: the hammering threads end within a few seconds of the test (at the default, a minute a call).
+    settings = stack.settings(
+        checkpoint_table=table, max_concurrency=4, lease_seconds=LEASE_SECONDS, call_wait_seconds=CALL_WAIT_SECONDS
+    )
     clients = ProxiedClients(settings, throttled_sessions.url)
     holder = Lease(clients.dynamodb, table, STREAM, "holder", LEASE_SECONDS)
     standby = Lease(stack.ddb, table, STREAM, "standby", LEASE_SECONDS)

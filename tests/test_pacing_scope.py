@@ -244,3 +244,20 @@ def test_a_throttling_answer_ends_the_slow_start_without_lowering_the_limit(
         describe(clients, stack)
 
     assert gate.limit == SLOW_START + 1
+
+
+def test_a_call_with_no_turn_in_call_wait_seconds_fails_once_that_wait_is_over_not_at_once(
+    stack: SessionStack, proxy: FaultProxy
+) -> None:
+    # Failing at once, its caller's next call (the next record's) would find no turn either, and callers would spin.
+    clients = ProxiedClients(settings_for(stack, call_wait_seconds=1.0), proxy.url)
+    rate = clients.pacer.gate("dynamodb").rate
+    assert rate.seed(0.1)  # a turn every ten seconds, the first ten seconds away: past CALL_WAIT_SECONDS
+    started = time.monotonic()
+
+    refused = failure(lambda: call(clients.dynamodb.describe_table, "DescribeTable", None, TableName=stack.table))
+
+    assert isinstance(refused, TransientError) and not isinstance(refused, OutOfTimeError)
+    assert "no turn within CALL_WAIT_SECONDS" in str(refused)
+    assert time.monotonic() - started >= 1.0
+    assert not [sent for sent in proxy.plan.requests if sent.operation == "DescribeTable"]  # nothing was sent

@@ -75,6 +75,7 @@ MIN_READ_SECONDS = 0.25  # an attempt with less time than this to answer is not 
 BOTOCORE_MAX_BACKOFF_SECONDS = 20.0  # botocore standard mode: rand * min(2 ** (attempt - 1), 20) for throttling
 RETRY_AFTER_MAX_SECONDS = 5.0  # and up to this much more when the answer carries x-amz-retry-after
 SLOW_START = 4  # attempts in flight a service's gate starts at
+NO_TURN_POLL_SECONDS = 1.0  # a call with no turn in CALL_WAIT_SECONDS asks again this often until that wait is over
 
 
 class Lane:
@@ -86,6 +87,7 @@ class Lane:
         self.limit = min(ceiling, SLOW_START)
         self._slow_start = True  # until the first trouble or throttling: each success raises the limit by one
         self.in_flight = 0
+        self.throttled_by = ""  # the last throttling answer's error code (or HTTP status): why the rate is what it is
         self.round = 0  # bumped at each decrease: trouble from attempts of an earlier round is not counted twice
         self._successes = 0
         self._condition = threading.Condition()
@@ -239,10 +241,14 @@ class Pacer:
         # QUOTA_WAIT_SECONDS bounds the wait for a throttling service's turn only: a slot frees as soon as an
         # attempt in flight is answered, so the wait for one is bounded by the deadline alone, like any other.
         quota_wait = math.inf if self.quota_wait is None else self.quota_wait
+        # Only CALL_WAIT_SECONDS bounding it, a call with no turn waits that long before it fails: failing at once,
+        # its caller's next call (the next record's) would find none either, and callers would spin.
+        held = quota_wait >= patience and spare > self.max_wait
         while True:
-            turn = _wait_turn(gate.rate, started + min(patience, quota_wait))
+            turn = _wait_turn(gate.rate, started + min(patience, quota_wait), held=held)
             if turn is None:
-                accepts = f"{service} accepts {gate.rate.limit or 0:.1f}/s"
+                why = f" (throttled: {gate.throttled_by})" if gate.throttled_by else ""
+                accepts = f"{service} accepts {gate.rate.limit or 0:.1f}/s{why}"
                 if quota_wait < patience:  # with a backlog: defer, don't wait
                     raise OutOfTimeError(f"{operation}: {accepts}, no turn in {quota_wait:.2f} s")
                 raise self._no_turn(operation, f"{accepts}, no turn", spare)
@@ -276,6 +282,8 @@ class Pacer:
         throttled = _throttled(response)
         failed = caught_exception is not None or _status(response) >= 400
         attempt = scope.give_back(trouble=_timed_out(caught_exception), success=not failed, throttled=throttled)
+        if attempt is not None and throttled:
+            attempt[0].throttled_by = _error_code(response) or str(_status(response))
         if attempt is not None:
             _learn_rate(*attempt, throttled=throttled, answered=response is not None)
         # Only an answer botocore would try again can run out of time; any other (a 410 Gone, access denied, a bad
@@ -299,16 +307,20 @@ class Pacer:
                 raise OutOfTimeError(f"{operation}: {why}; no time left for another attempt before the deadline")
 
 
-def _wait_turn(rate: Rate, latest: float) -> float | None:
-    """Wait for a turn of ``rate`` starting by ``latest`` (monotonic): when it was reserved, or None, at once, when
-    there is none. A turn given before the limit changed is reserved again as soon as it changes (``Rate.wait``): it
-    was spaced for a rate the service has since refused, or one since grown past, and the requests queued behind it
-    would go on at that rate (so is one still waiting for a slot when the rate is cut: ``Pacer._before_send``)."""
+def _wait_turn(rate: Rate, latest: float, *, held: bool = False) -> float | None:
+    """Wait for a turn of ``rate`` starting by ``latest`` (monotonic): when it was reserved, or None when there is
+    none: at once, or, ``held``, once ``latest`` has come (asking again every NO_TURN_POLL_SECONDS, as the limit may
+    grow). A turn given before the limit changed is reserved again as soon as it changes (``Rate.wait``): it was
+    spaced for a rate the service has since refused, or one since grown past, and the requests queued behind it would
+    go on at that rate (so is one still waiting for a slot when the rate is cut: ``Pacer._before_send``)."""
     while True:
         reserved = time.monotonic()
         turn = rate.reserve(latest)
         if turn is None:
-            return None
+            if not held or reserved >= latest:
+                return None
+            time.sleep(min(NO_TURN_POLL_SECONDS, latest - reserved))
+            continue
         if rate.wait(reserved, turn):
             return reserved
 
