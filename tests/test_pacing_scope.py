@@ -252,7 +252,8 @@ def test_a_call_with_no_turn_in_call_wait_seconds_fails_once_that_wait_is_over_n
     # Failing at once, its caller's next call (the next record's) would find no turn either, and callers would spin.
     clients = ProxiedClients(settings_for(stack, call_wait_seconds=1.0), proxy.url)
     rate = clients.pacer.gate("dynamodb").rate
-    assert rate.seed(0.1)  # a turn every ten seconds, the first ten seconds away: past CALL_WAIT_SECONDS
+    assert rate.seed(0.0)  # at the floor: its first turn a turn's spacing away
+    assert rate.reserve(time.monotonic() + 1.0) is None  # none within CALL_WAIT_SECONDS
     started = time.monotonic()
 
     refused = failure(lambda: call(clients.dynamodb.describe_table, "DescribeTable", None, TableName=stack.table))

@@ -386,7 +386,7 @@ def test_a_consumer_killed_mid_run_is_resumed_by_the_next_without_losing_a_recor
 def failing_grants(poller: StreamPoller) -> None:
     """Every RetireGrant of the poller fails with a server error: a session with a grant keeps failing transiently.
 
-    Not throttling: a service that throttles every request is paced to its floor, a tenth of a request a second, in
+    Not throttling: a service that throttles every request is paced to its floor, a fifth of a request a second, in
     real time (cleanup.aws.rate), which a fake clock cannot skip."""
     Faults(poller.runtime.clients.kms, "RetireGrant", "KMSInternalException", status=500, times=10**9)
 

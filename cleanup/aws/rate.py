@@ -144,7 +144,7 @@ class Rate:
     VERDICT = math.log(100.0)  # nats: what tells background from a quota, either way
     Z = 2.0  # standard errors: what says the quota changed
     MAX_BACKGROUND = 0.3  # throttling beyond this share is not taken for background
-    FLOOR = 0.1  # requests a second: the lowest limit, under any sender's share of a quota it paces to
+    FLOOR = 0.2  # requests a second: the lowest limit (each halving gains less, and doubles a stall at it)
 
     def __init__(self, service: str = "", clock: Callable[[], float] = time.monotonic) -> None:
         self.service = service
