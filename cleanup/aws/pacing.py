@@ -282,9 +282,9 @@ class Pacer:
         throttled = _throttled(response)
         failed = caught_exception is not None or _status(response) >= 400
         attempt = scope.give_back(trouble=_timed_out(caught_exception), success=not failed, throttled=throttled)
-        if attempt is not None and throttled:
-            attempt[0].throttled_by = _error_code(response) or str(_status(response))
         if attempt is not None:
+            if throttled:
+                attempt[0].throttled_by = _error_code(response) or str(_status(response))
             _learn_rate(*attempt, throttled=throttled, answered=response is not None)
         # Only an answer botocore would try again can run out of time; any other (a 410 Gone, access denied, a bad
         # request) is the call's answer, and is returned as such however little time is left.
